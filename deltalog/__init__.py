@@ -1,0 +1,33 @@
+"""Lakeshare's Delta log reader: snapshots, history and change data of Delta tables."""
+
+from deltalog.actions import CommitActions, Metadata, Protocol
+from deltalog.errors import (
+    CorruptLogError,
+    DeletionVectorError,
+    DeltaError,
+    MissingLogFileError,
+    StorageError,
+    TableNotFoundError,
+    TimestampOutOfRangeError,
+    UnsupportedFeatureError,
+    VersionNotFoundError,
+)
+from deltalog.snapshot import Snapshot
+from deltalog.table import DeltaTable
+
+__all__ = [
+    "CommitActions",
+    "CorruptLogError",
+    "DeletionVectorError",
+    "DeltaError",
+    "DeltaTable",
+    "Metadata",
+    "MissingLogFileError",
+    "Protocol",
+    "Snapshot",
+    "StorageError",
+    "TableNotFoundError",
+    "TimestampOutOfRangeError",
+    "UnsupportedFeatureError",
+    "VersionNotFoundError",
+]

@@ -1,0 +1,43 @@
+"""Storage backends and the mapping from a table URI to one of them."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from urllib.parse import unquote, urlsplit
+
+from deltalog.errors import DeltaError
+from deltalog.storage.base import FileInfo, Storage
+from deltalog.storage.local import LocalStorage
+
+__all__ = ["FileInfo", "LocalStorage", "Storage", "resolve"]
+
+_CLOUD_SCHEMES = frozenset(
+    {"s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "azure"}
+)
+
+
+def resolve(uri: str) -> tuple[Storage, str]:
+    """The backend for a table URI and the table's root key (no trailing slash).
+
+    Accepts plain local paths (relative ones are made absolute), `file:///abs/path`,
+    `file:/abs/path` and `file://localhost/abs/path`.
+    """
+    if not uri:
+        raise DeltaError("empty table location")
+    scheme = urlsplit(uri).scheme.lower() if "://" in uri or uri.startswith("file:") else ""
+    if scheme == "file":
+        parts = urlsplit(uri)
+        if parts.netloc not in ("", "localhost"):
+            raise DeltaError(f"file URI with a remote host is not supported: {uri}")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise DeltaError(f"file URI must hold an absolute path: {uri}")
+    elif scheme in _CLOUD_SCHEMES:
+        raise DeltaError(f"storage scheme '{scheme}://' is not supported yet")
+    elif scheme:
+        raise DeltaError(f"unknown storage scheme '{scheme}://'")
+    else:
+        path = os.path.abspath(uri)
+    root = posixpath.normpath(path)
+    return LocalStorage(), root

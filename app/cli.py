@@ -1,0 +1,264 @@
+"""The `lakeshare` command: `serve` the sharing server, `inspect` a Delta table.
+
+`lakeshare serve` with no `--config` builds and serves a demo share of real local Delta
+tables and writes a ready recipient profile, so a first run shows something useful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from app.logs import configure_logging
+from sharing.config import ConfigError, ServerConfig, load_config
+
+__all__ = ["build_parser", "main"]
+
+log = logging.getLogger("lakeshare.cli")
+
+PROFILE_FILE_NAME = "profile.share"
+_ANY_ADDRESS = ("", "0.0.0.0", "::")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lakeshare",
+        description="Lakeshare: a Delta Sharing server for Delta tables on local disk, S3, GCS "
+        "and Azure.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the sharing server",
+        description="Run the sharing server. Without --config, build and serve a demo share "
+        "of local Delta tables and write a recipient profile for it.",
+    )
+    serve.add_argument("--config", metavar="FILE", help="server config (.yaml/.yml)")
+    serve.add_argument("--host", help="address to listen on (default: the config's 'host')")
+    serve.add_argument(
+        "--port", type=int, help="port to listen on (default: the config's 'port'; 0 = any)"
+    )
+    serve.add_argument(
+        "--demo-dir",
+        metavar="DIR",
+        default=".lakeshare/demo",
+        help="where the demo tables, config and profile live when no --config is given "
+        "(default: %(default)s)",
+    )
+    serve.set_defaults(handler=_serve)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="describe a Delta table as JSON",
+        description="Print a JSON description of a Delta table (protocol, metadata, "
+        "versions, and optionally its active files).",
+    )
+    inspect.add_argument("table_uri", metavar="TABLE_URI", help="table root path or URI")
+    when = inspect.add_mutually_exclusive_group()
+    when.add_argument("--version", type=int, help="describe this version")
+    when.add_argument(
+        "--timestamp",
+        metavar="TS",
+        help="describe the latest version committed at or before this time "
+        "(ISO-8601 with offset, or epoch milliseconds)",
+    )
+    inspect.add_argument("--files", action="store_true", help="include the active files")
+    inspect.set_defaults(handler=_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `lakeshare` console script; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+# --- serve -------------------------------------------------------------------------------
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"lakeshare: {message}", file=sys.stderr)
+    return code
+
+
+def _serve(args: argparse.Namespace) -> int:
+    configure_logging("INFO")
+    demo = args.config is None
+    try:
+        if demo:
+            from app.demo import prepare_demo
+
+            config_path = prepare_demo(Path(args.demo_dir))
+        else:
+            config_path = Path(args.config)
+        config = load_config(config_path)
+    except ConfigError as exc:
+        return _fail(f"invalid configuration: {exc}", 2)
+    configure_logging(config.log_level)
+
+    host = args.host if args.host is not None else config.host
+    port = args.port if args.port is not None else config.port
+    try:
+        sock = _bind(host, port)
+    except OSError as exc:
+        return _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    port = sock.getsockname()[1]
+
+    with tempfile.TemporaryDirectory(prefix="lakeshare-tls-") as tls_dir:
+        try:
+            ssl_options = _ssl_options(config, host, Path(tls_dir))
+        except (OSError, ImportError) as exc:
+            sock.close()
+            return _fail(f"cannot set up TLS: {exc}")
+        base_url = _base_url(config, host, port)
+        _announce(config, config_path, base_url, demo)
+        return _run(config, sock, ssl_options)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind before starting uvicorn: port 0 resolves to a real port we can announce, and an
+    address in use is reported plainly instead of as a server traceback."""
+    family, _, _, _, address = socket.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        # Listening now means connections made right after the URL is announced wait in the
+        # backlog instead of being refused while uvicorn starts.
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _ssl_options(config: ServerConfig, host: str, tls_dir: Path) -> dict[str, Any]:
+    ssl = config.ssl
+    if ssl is None:
+        return {}
+    if ssl.self_signed:
+        from app.tls import write_self_signed_certificate
+
+        cert, key = write_self_signed_certificate(tls_dir, host)
+        log.warning("serving HTTPS with a self-signed certificate (ssl.selfSigned: true)")
+        return {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    options: dict[str, Any] = {
+        "ssl_certfile": ssl.certificate_file,
+        "ssl_keyfile": ssl.certificate_key_file,
+    }
+    if ssl.certificate_password_file:
+        password = Path(ssl.certificate_password_file).read_text(encoding="utf-8").strip()
+        options["ssl_keyfile_password"] = password
+    return options
+
+
+def _base_url(config: ServerConfig, host: str, port: int) -> str:
+    """The URL recipients use: `publicUrl` when configured, else derived from the socket."""
+    if config.public_url:
+        return f"{config.public_url}{config.endpoint}/"
+    scheme = "https" if config.ssl else "http"
+    shown = "127.0.0.1" if host in _ANY_ADDRESS else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"{scheme}://{shown}:{port}{config.endpoint}/"
+
+
+def _announce(config: ServerConfig, config_path: Path, base_url: str, demo: bool) -> None:
+    tables = [
+        f"{share.name}.{schema.name}.{table.name}"
+        for share in config.shares
+        for schema in share.schemas
+        for table in schema.tables
+    ]
+    print(f"Lakeshare is serving {len(tables)} table(s) at {base_url}")
+    print(f"Configuration: {config_path.resolve()}")
+    if not demo:
+        sys.stdout.flush()
+        return
+    profile_path = _write_profile(config, config_path.parent / PROFILE_FILE_NAME, base_url)
+    example = tables[0] if tables else "<share>.<schema>.<table>"
+    print(f"Recipient profile: {profile_path}")
+    print()
+    print("Try it from Python (pip install delta-sharing):")
+    print()
+    print("    import delta_sharing")
+    print(f'    profile = "{profile_path}"')
+    print("    print(delta_sharing.SharingClient(profile).list_all_tables())")
+    print(f'    print(delta_sharing.load_as_pandas(profile + "#{example}"))')
+    print()
+    sys.stdout.flush()
+
+
+def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
+    """A Delta Sharing profile file for the demo, private since it holds the bearer token."""
+    profile: dict[str, Any] = {"shareCredentialsVersion": 1, "endpoint": endpoint}
+    if config.authorization is not None:
+        profile["bearerToken"] = config.authorization.bearer_token
+    path = path.resolve()
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(json.dumps(profile, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _run(config: ServerConfig, sock: socket.socket, ssl_options: dict[str, Any]) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            log_config=None,
+            access_log=False,  # ours omits query strings, which may carry signatures
+            server_header=False,
+            date_header=False,
+            **ssl_options,
+        )
+    )
+    server.run(sockets=[sock])
+    return 0 if server.started else 1
+
+
+# --- inspect -----------------------------------------------------------------------------
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from deltalog.errors import DeltaError
+    from deltalog.inspect import describe
+
+    timestamp: str | int | None = args.timestamp
+    if isinstance(timestamp, str) and timestamp.isdigit():
+        timestamp = int(timestamp)  # epoch milliseconds
+    try:
+        result = describe(
+            args.table_uri,
+            version=args.version,
+            timestamp=timestamp,
+            include_files=args.files,
+        )
+    except (DeltaError, ValueError, OSError) as exc:
+        return _fail(f"inspect: {exc}")
+    text = json.dumps(result, indent=2, default=str, ensure_ascii=False)
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The FastAPI application factory: wires configuration, catalog, token codec, routers,
+authentication, error handlers and middleware. No protocol logic lives here."""
+
+from __future__ import annotations
+
+from fastapi import Depends, FastAPI, Request
+
+from app.auth import require_bearer_token
+from app.errors import install_error_handlers
+from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
+from app.routes import files, listing, tables
+from sharing.catalog import Catalog
+from sharing.config import ServerConfig
+from sharing.tokens import TokenCodec
+
+__all__ = ["create_app"]
+
+
+async def _redact_path_in_logs(request: Request) -> None:
+    """Dependency for routes whose URL path itself is a credential (signed file URLs): logs
+    show the route template, never the signature."""
+    template = getattr(request.scope.get("route"), "path", "") or "/<redacted>"
+    prefix = request.app.state.config.endpoint
+    if not template.startswith(prefix + "/"):
+        template = prefix + template
+    request.scope.setdefault("state", {})[REDACT_PATH_STATE] = template
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """A ready-to-serve app for `config`; every route lives under `config.endpoint`."""
+    app = FastAPI(
+        title="Lakeshare",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    tokens = TokenCodec(config.signing_secret)
+    app.state.config = config
+    app.state.tokens = tokens
+    app.state.catalog = Catalog(config, tokens)
+
+    authenticated = [Depends(require_bearer_token)]
+    prefix = config.endpoint
+    app.include_router(listing.router, prefix=prefix, dependencies=authenticated)
+    app.include_router(tables.router, prefix=prefix, dependencies=authenticated)
+    # Signed file URLs carry their own authorisation (the signature), not the bearer token.
+    app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+
+    install_error_handlers(app)
+    app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
+    app.add_middleware(RequestContextMiddleware)  # added last = outermost
+    return app

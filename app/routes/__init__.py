@@ -1,0 +1,1 @@
+"""HTTP routers, one module per group of protocol endpoints."""

@@ -1,0 +1,328 @@
+"""Reading a checkpoint (classic, multi-part or V2 with sidecars) into Arrow.
+
+Only the action columns replay needs are read, and of `add` only the fields of the
+contract schema (plus `stats_parsed` / `partitionValues_parsed` when the string forms are
+missing). File actions come out as ADD_SCHEMA / REMOVE_SCHEMA tables built by column
+casting; the few non-file actions (protocol, metaData, txn, domainMetadata) become
+Python objects.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, Metadata, Protocol
+from deltalog.commits import LOG_DIR, file_actions_table, metadata_from_action
+from deltalog.errors import CorruptLogError, DeltaError, MissingLogFileError
+from deltalog.log_segment import Checkpoint
+from deltalog.parsed_columns import partition_values_map, stats_json
+from deltalog.storage.base import FileInfo, Storage
+
+SIDECAR_DIR = "_sidecars"
+_NON_FILE_ACTIONS = (
+    "protocol",
+    "metaData",
+    "txn",
+    "domainMetadata",
+    "checkpointMetadata",
+    "sidecar",
+)
+# The field that is never null in a real action of each kind: rows where it is null are
+# other actions' rows (a checkpoint stores one action per row, others null).
+_KEY_FIELD = {
+    "add": "path",
+    "remove": "path",
+    "protocol": "minReaderVersion",
+    "metaData": "id",
+    "txn": "appId",
+    "domainMetadata": "domain",
+    "checkpointMetadata": "version",
+    "sidecar": "path",
+}
+_MAX_PARALLEL_READS = 8
+
+
+@dataclass
+class CheckpointState:
+    """The reconciled state a checkpoint stores, as of `version`."""
+
+    version: int
+    adds: pa.Table  # ADD_SCHEMA, version column = checkpoint version
+    removes: pa.Table  # REMOVE_SCHEMA
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    txns: dict[str, int] = field(default_factory=dict)
+    domain_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checkpoint_metadata: dict[str, Any] | None = None
+
+
+@dataclass
+class _Part:
+    """What one parquet/JSON checkpoint file contributed."""
+
+    adds: list[pa.Table] = field(default_factory=list)
+    removes: list[pa.Table] = field(default_factory=list)
+    non_file: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def read_checkpoint(storage: Storage, table_root: str, checkpoint: Checkpoint) -> CheckpointState:
+    """Read every file of `checkpoint` (and its sidecars) into one CheckpointState."""
+    version = checkpoint.version
+    if checkpoint.format == "json":
+        parts = [_read_json_manifest(storage, checkpoint.files[0], version)]
+    else:
+        parts = _parallel(
+            lambda f: _read_parquet_actions(storage, f.key, version), checkpoint.files
+        )
+    sidecars = [s for p in parts for s in p.non_file.get("sidecar", [])]
+    if sidecars:
+        keys = [_sidecar_key(storage, table_root, s) for s in sidecars]
+        parts += _parallel(
+            lambda k: _read_parquet_actions(storage, k, version, files_only=True), keys
+        )
+    return _combine(parts, version)
+
+
+def _parallel(fn, items):  # type: ignore[no-untyped-def]
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(_MAX_PARALLEL_READS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _sidecar_key(storage: Storage, table_root: str, sidecar: dict[str, Any]) -> str:
+    path = sidecar.get("path")
+    if not isinstance(path, str) or not path:
+        raise CorruptLogError("checkpoint sidecar action without a path")
+    parts = urlsplit(path)
+    if parts.scheme == "file":
+        return unquote(parts.path)
+    if parts.scheme:
+        raise CorruptLogError(f"sidecar outside the table's log: {posixpath.basename(path)}")
+    return storage.join(table_root, f"{LOG_DIR}/{SIDECAR_DIR}/{unquote(path)}")
+
+
+def _open_parquet(storage: Storage, key: str) -> pq.ParquetFile:
+    name = posixpath.basename(key)
+    try:
+        return pq.ParquetFile(storage.open_input_file(key))
+    except FileNotFoundError as exc:
+        raise MissingLogFileError(f"checkpoint file {name} is missing") from exc
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptLogError(f"checkpoint file {name} is not valid parquet: {exc}") from exc
+
+
+def _subfields(struct_type: pa.StructType, wanted: pa.Schema) -> list[str]:
+    present = {f.name for f in struct_type}
+    return [f.name for f in wanted if f.name in present]
+
+
+def _read_parquet_actions(
+    storage: Storage, key: str, version: int, *, files_only: bool = False
+) -> _Part:
+    pf = _open_parquet(storage, key)
+    schema = pf.schema_arrow
+    names = set(schema.names)
+    columns: list[str] = []
+    for kind, wanted in (("add", ADD_SCHEMA), ("remove", REMOVE_SCHEMA)):
+        if kind in names and pa.types.is_struct(schema.field(kind).type):
+            st = schema.field(kind).type
+            columns += [f"{kind}.{n}" for n in _subfields(st, wanted)]
+    if not files_only:
+        columns += [n for n in _NON_FILE_ACTIONS if n in names]
+    name = posixpath.basename(key)
+    try:
+        table = pf.read(columns=columns, use_threads=True) if columns else None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
+    part = _Part()
+    if table is None:
+        return part
+    if "add" in table.column_names:
+        part.adds.append(_adds(pf, table.column("add"), version, name))
+    if "remove" in table.column_names:
+        part.removes.append(_file_actions(table.column("remove"), REMOVE_SCHEMA, version))
+    for kind in _NON_FILE_ACTIONS:
+        if kind in table.column_names:
+            part.non_file[kind] = _small_actions(table.column(kind), kind)
+    return part
+
+
+def _valid_rows(col: pa.ChunkedArray, kind: str) -> pa.Array:
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    key = _KEY_FIELD[kind]
+    if key not in {f.name for f in arr.type}:
+        return arr.slice(0, 0)
+    mask = pc.is_valid(pc.struct_field(arr, [arr.type.get_field_index(key)]))
+    if arr.null_count:
+        mask = pc.and_(mask, arr.is_valid())
+    return arr.filter(mask)
+
+
+def _conform(arr: pa.Array, target: pa.DataType) -> pa.Array:
+    """`arr` in type `target`: struct fields matched by name, missing ones null."""
+    if arr.type == target:
+        return arr
+    if pa.types.is_struct(target) and pa.types.is_struct(arr.type):
+        present = {f.name: i for i, f in enumerate(arr.type)}
+        children = [
+            _conform(pc.struct_field(arr, [present[f.name]]), f.type)
+            if f.name in present
+            else pa.nulls(len(arr), f.type)
+            for f in target
+        ]
+        mask = arr.is_null() if arr.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+    try:
+        return pc.cast(arr, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CorruptLogError(
+            f"checkpoint column of type {arr.type} where {target} is expected"
+        ) from exc
+
+
+def _file_actions(
+    col: pa.ChunkedArray, schema: pa.Schema, version: int, **extra: pa.Array
+) -> pa.Table:
+    arr = _valid_rows(col, "add" if schema is ADD_SCHEMA else "remove")
+    n = len(arr)
+    present = {f.name: i for i, f in enumerate(arr.type)}
+    columns = []
+    for f in schema:
+        if f.name == "version":
+            columns.append(pa.array(np.full(n, version, dtype=np.int64)))
+        elif f.name in extra:
+            columns.append(_conform(extra[f.name], f.type))
+        elif f.name in present:
+            columns.append(_conform(pc.struct_field(arr, [present[f.name]]), f.type))
+        else:
+            columns.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _adds(pf: pq.ParquetFile, col: pa.ChunkedArray, version: int, name: str) -> pa.Table:
+    """Add rows, falling back to `stats_parsed` / `partitionValues_parsed` where the string
+    forms are missing."""
+    st = pf.schema_arrow.field("add").type
+    fields = {f.name for f in st}
+    arr = _valid_rows(col, "add")
+    extra: dict[str, pa.Array] = {}
+    need_stats = "stats_parsed" in fields and (
+        "stats" not in fields
+        or pc.struct_field(arr, [arr.type.get_field_index("stats")]).null_count
+    )
+    need_pv = "partitionValues_parsed" in fields and (
+        "partitionValues" not in fields
+        or pc.struct_field(arr, [arr.type.get_field_index("partitionValues")]).null_count
+    )
+    if need_stats or need_pv:
+        wanted = ["add.path"]
+        wanted += ["add.stats_parsed"] if need_stats else []
+        wanted += ["add.partitionValues_parsed"] if need_pv else []
+        try:
+            parsed = _valid_rows(pf.read(columns=wanted).column("add"), "add")
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
+        if need_stats:
+            made = stats_json(
+                pc.struct_field(parsed, [parsed.type.get_field_index("stats_parsed")])
+            )
+            if "stats" in fields:
+                made = pc.coalesce(pc.struct_field(arr, [arr.type.get_field_index("stats")]), made)
+            extra["stats"] = made
+        if need_pv:
+            pv_parsed = pc.struct_field(
+                parsed, [parsed.type.get_field_index("partitionValues_parsed")]
+            )
+            made = partition_values_map(pv_parsed)
+            if "partitionValues" in fields:
+                original = pc.struct_field(arr, [arr.type.get_field_index("partitionValues")])
+                made = pc.if_else(original.is_valid(), pc.cast(original, made.type), made)
+            extra["partitionValues"] = made
+    return _file_actions(pa.chunked_array([arr]), ADD_SCHEMA, version, **extra)
+
+
+def _strip_nulls(value: Any) -> Any:
+    """A checkpoint row as the JSON action it stands for: null fields left out."""
+    if isinstance(value, dict):
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
+
+
+def _small_actions(col: pa.ChunkedArray, kind: str) -> list[dict[str, Any]]:
+    rows = _valid_rows(col, kind)
+    return [_strip_nulls(r) for r in rows.to_pylist(maps_as_pydicts="lossy")]
+
+
+def _read_json_manifest(storage: Storage, info: FileInfo, version: int) -> _Part:
+    name = posixpath.basename(info.key)
+    try:
+        data = storage.read(info.key)
+    except FileNotFoundError as exc:
+        raise MissingLogFileError(f"checkpoint file {name} is missing") from exc
+    part = _Part()
+    rows: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            action = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptLogError(f"{name}: invalid JSON on line {lineno}") from exc
+        if not isinstance(action, dict):
+            raise CorruptLogError(f"{name}: line {lineno} is not a JSON object")
+        for kind, body in action.items():
+            if kind in rows:
+                rows[kind].append(body)
+            elif kind in _NON_FILE_ACTIONS and isinstance(body, dict):
+                part.non_file.setdefault(kind, []).append(body)
+    for kind, target in (("add", part.adds), ("remove", part.removes)):
+        if rows[kind]:
+            target.append(file_actions_table(kind, rows[kind], version, name))
+    return part
+
+
+def _combine(parts: list[_Part], version: int) -> CheckpointState:
+    adds = [t for p in parts for t in p.adds]
+    removes = [t for p in parts for t in p.removes]
+    state = CheckpointState(
+        version=version,
+        adds=pa.concat_tables(adds) if adds else ADD_SCHEMA.empty_table(),
+        removes=pa.concat_tables(removes) if removes else REMOVE_SCHEMA.empty_table(),
+    )
+    try:
+        for p in parts:
+            for action in p.non_file.get("protocol", []):
+                state.protocol = Protocol.from_action(action)
+            for action in p.non_file.get("metaData", []):
+                state.metadata = metadata_from_action(action)
+            for action in p.non_file.get("txn", []):
+                state.txns[str(action["appId"])] = int(action["version"])
+            for action in p.non_file.get("domainMetadata", []):
+                state.domain_metadata[str(action["domain"])] = action
+            for action in p.non_file.get("checkpointMetadata", []):
+                state.checkpoint_metadata = action
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptLogError(f"malformed action in checkpoint {version}: {exc!r}") from exc
+    cp_version = (state.checkpoint_metadata or {}).get("version")
+    if cp_version is not None and int(cp_version) != version:
+        raise CorruptLogError(
+            f"checkpoint for version {version} declares version {cp_version} in checkpointMetadata"
+        )
+    return state
+
+
+__all__ = ["CheckpointState", "DeltaError", "read_checkpoint"]

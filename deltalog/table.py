@@ -1,0 +1,209 @@
+"""A Delta table handle: version discovery, cached snapshots, commit access.
+
+The latest snapshot is cached and refreshed incrementally: when the table has gained
+commits since, only those commits are read and applied on top of the cached state. A
+small LRU keeps a few time-travel snapshots. One lock guards the caches, so the handle can
+be shared by the server's threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from deltalog.actions import CommitActions
+from deltalog.commits import commit_key
+from deltalog.commits import read_commit as _read_commit
+from deltalog.errors import VersionNotFoundError
+from deltalog.log_segment import (
+    build_segment,
+    earliest_version,
+    list_log,
+    read_last_checkpoint,
+)
+from deltalog.snapshot import Snapshot, load_snapshot
+from deltalog.storage import resolve
+from deltalog.storage.base import FileInfo, Storage
+
+# Going forward from a cached snapshot by replaying at most this many commits is
+# preferred over loading the target version's own checkpoint.
+MAX_INCREMENTAL_COMMITS = 100
+HISTORICAL_CACHE_SIZE = 4
+
+
+class DeltaTable:
+    """A Delta table at `uri` (a local path or `file:` URI).
+
+    With an explicit `storage`, `uri` is the table root's key in that storage.
+    """
+
+    def __init__(self, uri: str, storage: Storage | None = None) -> None:
+        if storage is None:
+            storage, root = resolve(uri)
+        else:
+            root = uri.rstrip("/") or "/"
+        self.uri = uri
+        self.storage: Storage = storage
+        self.table_root = root
+        self._lock = threading.RLock()
+        self._latest: Snapshot | None = None
+        self._history: OrderedDict[int, Snapshot] = OrderedDict()
+
+    @classmethod
+    def open(cls, uri: str, storage: Storage | None = None) -> DeltaTable:
+        return cls(uri, storage)
+
+    def __repr__(self) -> str:
+        return f"DeltaTable({self.uri!r})"
+
+    # -- versions -------------------------------------------------------------------
+
+    def latest_version(self) -> int:
+        """The newest version in the log: one listing, started after the newest version
+        already known (the cached snapshot) or after the `_last_checkpoint` hint."""
+        with self._lock:
+            known = self._latest.version if self._latest is not None else None
+        if known is not None:
+            listing = list_log(self.storage, self.table_root, after=known)
+            newest = listing.latest_version
+            return known if newest is None else newest
+        hint = read_last_checkpoint(self.storage, self.table_root)
+        if hint is not None:
+            newest = list_log(self.storage, self.table_root, after=hint.version - 1).latest_version
+            if newest is not None:
+                return newest
+        return build_segment(self.storage, self.table_root, hint=False).latest_version
+
+    def earliest_version(self) -> int:
+        """The earliest version that can be reconstructed (0 when commit 0 is still there,
+        else the oldest complete checkpoint)."""
+        return earliest_version(self.storage, self.table_root)
+
+    # -- snapshots ------------------------------------------------------------------
+
+    def snapshot(self, version: int | None = None) -> Snapshot:
+        """The table at `version` (None: the latest), from the caches where possible."""
+        with self._lock:
+            if version is None:
+                return self._refresh_latest()
+            cached = self._history.get(version)
+            if cached is not None:
+                self._history.move_to_end(version)
+                return cached
+            latest = self._latest
+            if latest is not None and latest.version == version:
+                return latest
+            snap = self._forward_from_cache(version)
+            if snap is None:
+                snap = load_snapshot(
+                    self.storage,
+                    self.table_root,
+                    build_segment(self.storage, self.table_root, version),
+                )
+            self._remember(snap)
+            return snap
+
+    def _refresh_latest(self) -> Snapshot:
+        latest = self._latest
+        if latest is not None:
+            listing = list_log(self.storage, self.table_root, after=latest.version)
+            newest = listing.latest_version
+            if newest is None:
+                return latest
+            versions = range(latest.version + 1, newest + 1)
+            if len(versions) <= MAX_INCREMENTAL_COMMITS and all(
+                v in listing.commits for v in versions
+            ):
+                commits = [self._read(v, listing.commits[v], latest) for v in versions]
+                latest = latest.with_commits(commits)
+                self._latest = latest
+                return latest
+        segment = build_segment(self.storage, self.table_root)
+        self._latest = load_snapshot(self.storage, self.table_root, segment)
+        return self._latest
+
+    def _forward_from_cache(self, version: int) -> Snapshot | None:
+        """`version` built by replaying a few commits on the nearest older cached snapshot."""
+        candidates = [s for s in (self._latest, *self._history.values()) if s is not None]
+        older = [s for s in candidates if s.version < version]
+        if not older:
+            return None
+        base = max(older, key=lambda s: s.version)
+        if version - base.version > MAX_INCREMENTAL_COMMITS:
+            return None
+        listing = list_log(self.storage, self.table_root, after=base.version)
+        versions = range(base.version + 1, version + 1)
+        if not all(v in listing.commits for v in versions):
+            return None  # let the full path raise the right error
+        snap = base
+        for v in versions:
+            snap = snap.with_commits([self._read(v, listing.commits[v], snap)])
+        return snap
+
+    def _read(self, version: int, info: FileInfo, before: Snapshot) -> CommitActions:
+        return _read_commit(
+            self.storage,
+            self.table_root,
+            version,
+            info,
+            ict_enabled=before.in_commit_timestamps_enabled,
+        )
+
+    def _remember(self, snap: Snapshot) -> None:
+        latest = self._latest
+        if latest is None or snap.version > latest.version:
+            if latest is not None:
+                self._history[latest.version] = latest
+            self._latest = snap
+        else:
+            self._history[snap.version] = snap
+        while len(self._history) > HISTORICAL_CACHE_SIZE:
+            self._history.popitem(last=False)
+
+    # -- commits --------------------------------------------------------------------
+
+    def commit_file_info(self, version: int) -> FileInfo:
+        """Listing information (size, modification time) of commit `version`."""
+        key = commit_key(self.storage, self.table_root, version)
+        try:
+            return self.storage.info(key)
+        except FileNotFoundError:
+            raise self._version_not_found(version) from None
+
+    def read_commit(self, version: int) -> CommitActions:
+        """The actions of commit `version` (VersionNotFoundError when its file is gone)."""
+        return _read_commit(self.storage, self.table_root, version, self.commit_file_info(version))
+
+    def commits(self, start: int, end: int | None = None) -> Iterator[CommitActions]:
+        """Commits `start`..`end` inclusive (None: up to the latest), in order, read lazily.
+
+        Timestamps are in-commit timestamps where a commit carries one (writers only
+        write them while the feature is enabled), else file modification times.
+        """
+        if end is None:
+            end = self.latest_version()
+        if start < 0 or start > end:
+            raise VersionNotFoundError(
+                f"invalid commit range {start}..{end}", version=start, earliest=None, latest=end
+            )
+        listing = list_log(self.storage, self.table_root, after=start - 1)
+        for v in range(start, end + 1):
+            info = listing.commits.get(v)
+            if info is None:
+                raise self._version_not_found(v)
+            yield _read_commit(self.storage, self.table_root, v, info)
+
+    def _version_not_found(self, version: int) -> VersionNotFoundError:
+        try:
+            latest: int | None = self.latest_version()
+            earliest: int | None = self.earliest_version()
+        except Exception:  # the table itself may be gone; the version error still stands
+            latest = earliest = None
+        return VersionNotFoundError(
+            f"commit {version} is not available"
+            + (f" (available: {earliest}..{latest})" if latest is not None else ""),
+            version=version,
+            earliest=earliest,
+            latest=latest,
+        )

@@ -1,0 +1,194 @@
+"""What is shared: shares, schemas and tables from the configuration, their case-insensitive
+lookup, and the paged list APIs.
+
+List responses follow the reference server's shapes (protobuf printed as JSON): empty fields
+are omitted, `share`/`schema` in items echo the spelling of the request path where the
+reference does, and `nextPageToken` is absent on the last page. Page tokens are signed and
+bound to the listing they came from, so a token from another API, share or schema — or one
+edited by hand — is rejected with `invalid 'nextPageToken'`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sharing.config import SchemaConfig, ServerConfig, ShareConfig, TableConfig
+from sharing.errors import InvalidParameter, ResourceNotFound
+from sharing.tokens import TokenCodec, TokenError
+
+__all__ = ["MAX_RESULTS_LIMIT", "Catalog", "Page", "SharedTable"]
+
+MAX_RESULTS_LIMIT = 500
+_MAX_RESULTS_MESSAGE = (
+    f"Acceptable values of 'maxResults' are 0 to {MAX_RESULTS_LIMIT}, inclusive. "
+    f"(Default: {MAX_RESULTS_LIMIT})"
+)
+_INVALID_TOKEN_MESSAGE = "invalid 'nextPageToken'"
+
+
+@dataclass(frozen=True)
+class SharedTable:
+    """A table resolved from a request: canonical (configured) names plus its config."""
+
+    share: str
+    schema: str
+    name: str
+    config: TableConfig
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.share}.{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list API: its items and the token for the next page (None when last)."""
+
+    items: tuple[dict[str, str], ...]
+    next_page_token: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The response body, with empty fields omitted like the reference's protobuf printer."""
+        body: dict[str, Any] = {}
+        if self.items:
+            body["items"] = list(self.items)
+        if self.next_page_token:
+            body["nextPageToken"] = self.next_page_token
+        return body
+
+
+def _table_item(name: str, schema: str, share: str, table_id: str) -> dict[str, str]:
+    return {"name": name, "schema": schema, "share": share, "id": table_id}
+
+
+class Catalog:
+    """Read-only view of the configured shares, in configuration order."""
+
+    def __init__(self, config: ServerConfig, tokens: TokenCodec | None = None) -> None:
+        self._shares: tuple[ShareConfig, ...] = config.shares
+        self._by_name = {share.name.lower(): share for share in config.shares}
+        self._tokens = tokens or TokenCodec(config.signing_secret)
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    @property
+    def shares(self) -> tuple[ShareConfig, ...]:
+        return self._shares
+
+    def get_share(self, share: str) -> ShareConfig:
+        found = self._by_name.get(share.lower())
+        if found is None:
+            raise ResourceNotFound(f"share '{share}' not found")
+        return found
+
+    def get_schema(self, share: str, schema: str) -> SchemaConfig:
+        wanted = schema.lower()
+        for candidate in self.get_share(share).schemas:
+            if candidate.name.lower() == wanted:
+                return candidate
+        raise ResourceNotFound(f"schema '{schema}' not found")
+
+    def get_table(self, share: str, schema: str, table: str) -> SharedTable:
+        """The table behind a table-level API path; one message whichever part is unknown."""
+        try:
+            share_config = self.get_share(share)
+            schema_config = self.get_schema(share, schema)
+        except ResourceNotFound:
+            raise self._table_not_found(share, schema, table) from None
+        wanted = table.lower()
+        for candidate in schema_config.tables:
+            if candidate.name.lower() == wanted:
+                return SharedTable(
+                    share=share_config.name,
+                    schema=schema_config.name,
+                    name=candidate.name,
+                    config=candidate,
+                )
+        raise self._table_not_found(share, schema, table)
+
+    @staticmethod
+    def _table_not_found(share: str, schema: str, table: str) -> ResourceNotFound:
+        return ResourceNotFound(
+            f"[Share/Schema/Table] '{share}/{schema}/{table}' does not exist, "
+            "please contact your share provider for further information."
+        )
+
+    # -- listing -----------------------------------------------------------------------------
+
+    def list_shares(self, max_results: int | None = None, page_token: str | None = None) -> Page:
+        items = [{"name": share.name} for share in self._shares]
+        return self._page("shares", "", "", items, max_results, page_token)
+
+    def list_schemas(
+        self, share: str, max_results: int | None = None, page_token: str | None = None
+    ) -> Page:
+        share_config = self.get_share(share)
+        items = [{"name": schema.name, "share": share} for schema in share_config.schemas]
+        return self._page("schemas", share_config.name, "", items, max_results, page_token)
+
+    def list_tables(
+        self,
+        share: str,
+        schema: str,
+        max_results: int | None = None,
+        page_token: str | None = None,
+    ) -> Page:
+        share_config = self.get_share(share)
+        schema_config = self.get_schema(share, schema)
+        items = [_table_item(table.name, schema, share, table.id) for table in schema_config.tables]
+        return self._page(
+            "tables", share_config.name, schema_config.name, items, max_results, page_token
+        )
+
+    def list_all_tables(
+        self, share: str, max_results: int | None = None, page_token: str | None = None
+    ) -> Page:
+        share_config = self.get_share(share)
+        items = [
+            _table_item(table.name, schema.name, share, table.id)
+            for schema in share_config.schemas
+            for table in schema.tables
+        ]
+        return self._page("all-tables", share_config.name, "", items, max_results, page_token)
+
+    def _page(
+        self,
+        api: str,
+        share: str,
+        schema: str,
+        items: list[dict[str, str]],
+        max_results: int | None,
+        page_token: str | None,
+    ) -> Page:
+        if max_results is None:
+            max_results = MAX_RESULTS_LIMIT
+        if not 0 <= max_results <= MAX_RESULTS_LIMIT:
+            raise InvalidParameter(_MAX_RESULTS_MESSAGE)
+        kind = f"list-{api}"
+        start = 0
+        if page_token:
+            start = self._decode_offset(kind, page_token, share, schema, len(items))
+        end = min(start + max_results, len(items))
+        next_token = None
+        if end < len(items):
+            # Bound to the canonical names: the same listing spelled differently still pages.
+            payload = {"o": end, "s": share.lower(), "c": schema.lower()}
+            next_token = self._tokens.encode(kind, payload)
+        return Page(items=tuple(items[start:end]), next_page_token=next_token)
+
+    def _decode_offset(self, kind: str, token: str, share: str, schema: str, total: int) -> int:
+        try:
+            payload = self._tokens.decode(kind, token)
+        except TokenError:
+            raise InvalidParameter(_INVALID_TOKEN_MESSAGE) from None
+        offset = payload.get("o")
+        if (
+            payload.get("s") != share.lower()
+            or payload.get("c") != schema.lower()
+            or not isinstance(offset, int)
+            or isinstance(offset, bool)
+            or not 0 <= offset <= total
+        ):
+            raise InvalidParameter(_INVALID_TOKEN_MESSAGE)
+        return offset

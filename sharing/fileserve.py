@@ -1,0 +1,150 @@
+"""Serving local table files behind the URLs of `presign.local`.
+
+A request is honoured only when its signature matches the table, relative path and expiry
+it names, the expiry is in the future, the table is in the configuration, and the path,
+once symlinks are resolved, stays inside that table's directory. Any failure of the
+signature or the path is the same 403, so probing reveals nothing about the disk.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from deltalog.storage import resolve
+from deltalog.storage.local import LocalStorage
+from sharing.catalog import Catalog
+from sharing.errors import Forbidden, ResourceNotFound, SharingError
+from sharing.presign.local import derive_master_key, table_key, url_signature
+
+CHUNK_BYTES = 1024 * 1024
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
+_SIGNATURE = re.compile(r"[0-9a-f]{64}\Z")
+
+
+class RangeNotSatisfiable(SharingError):
+    """416 with the `Content-Range: bytes */<size>` header the RFC asks for."""
+
+    status = 416
+    error_code = "INVALID_PARAMETER_VALUE"
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"Requested range not satisfiable: the file has {size} bytes.")
+        self.headers = {"Content-Range": f"bytes */{size}"}
+
+
+@dataclass(frozen=True, slots=True)
+class LocalFile:
+    """A verified file: its real path and size."""
+
+    path: str
+    size: int
+
+
+class FileServer:
+    """Checks signed file URLs against the catalog and finds the file on disk."""
+
+    def __init__(self, catalog: Catalog, secret: str | bytes) -> None:
+        self._catalog = catalog
+        self._master = derive_master_key(secret)
+
+    def open(
+        self,
+        share: str,
+        schema: str,
+        table: str,
+        relative: str,
+        expires: str | None,
+        signature: str | None,
+        now_ms: int | None = None,
+    ) -> LocalFile:
+        """The file a signed URL names, or Forbidden / ResourceNotFound."""
+        if expires is None or signature is None or not expires.isdigit():
+            raise Forbidden("The URL is not signed.")
+        if not _SIGNATURE.match(signature):
+            raise Forbidden("The URL signature is invalid.")
+        try:
+            shared = self._catalog.get_table(share, schema, table)
+        except ResourceNotFound:
+            raise Forbidden("The URL signature is invalid.") from None
+        key = table_key(self._master, shared.share, shared.schema, shared.name)
+        expected = url_signature(key, relative, int(expires))
+        if not hmac.compare_digest(expected, signature):
+            raise Forbidden("The URL signature is invalid.")
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if int(expires) < now:
+            raise Forbidden("The URL has expired.")
+        path = resolve_inside(shared.config.location, relative)
+        try:
+            st = os.stat(path)
+        except OSError:
+            raise ResourceNotFound("The file does not exist (it may have been vacuumed).") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ResourceNotFound("The file does not exist (it may have been vacuumed).")
+        return LocalFile(path=path, size=st.st_size)
+
+
+def resolve_inside(location: str, relative: str) -> str:
+    """The real path of `relative` under the table at `location`; Forbidden when it is
+    absolute, climbs with `..`, or resolves (through symlinks) outside the table."""
+    storage, root = resolve(location)
+    if not isinstance(storage, LocalStorage):
+        raise Forbidden("Only local tables are served by this endpoint.")
+    parts = relative.split("/")
+    if (
+        not relative
+        or relative.startswith("/")
+        or "\x00" in relative
+        or "\\" in relative
+        or any(part in ("", ".", "..") for part in parts)
+    ):
+        raise Forbidden("The file path is not allowed.")
+    real_root = os.path.realpath(root)
+    candidate = os.path.realpath(os.path.join(real_root, *parts))
+    if os.path.commonpath([real_root, candidate]) != real_root or candidate == real_root:
+        raise Forbidden("The file path is not allowed.")
+    return candidate
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The inclusive byte range of a single-range `Range` header, or None to send the whole
+    file (no header, a malformed one, or several ranges: all may be ignored per RFC 9110).
+    RangeNotSatisfiable when the range starts beyond the end of the file."""
+    if header is None:
+        return None
+    match = _RANGE.match(header.strip())
+    if match is None:
+        return None
+    first, last = match.groups()
+    if not first and not last:
+        return None
+    if not first:  # suffix range: the last n bytes
+        length = int(last)
+        if length == 0 or size == 0:
+            raise RangeNotSatisfiable(size)
+        return max(0, size - length), size - 1
+    start = int(first)
+    end = int(last) if last else size - 1
+    if last and end < start:
+        return None
+    if start >= size:
+        raise RangeNotSatisfiable(size)
+    return start, min(end, size - 1)
+
+
+def read_chunks(path: str, start: int, length: int) -> Iterator[bytes]:
+    """`length` bytes of the file from `start`, in chunks of at most CHUNK_BYTES."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        remaining = length
+        while remaining > 0:
+            chunk = f.read(min(CHUNK_BYTES, remaining))
+            if not chunk:
+                return
+            remaining -= len(chunk)
+            yield chunk

@@ -1,0 +1,73 @@
+"""The parquet response format: flat `file` lines with `url`, for every Delta Sharing client.
+
+Only tables readable as plain parquet reach this writer (capabilities.choose_format
+refuses deletion vectors and column mapping), so the protocol line is always reader
+version 1 and the schema is the cleaned one, without Delta-internal field metadata.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltalog.schema import clean_schema_for_sharing
+from sharing.formats import FileContext, FileLines, TableHead, dumps_line, file_ids, storage_keys
+from sharing.formats.jsoncols import (
+    concat,
+    field,
+    json_number,
+    json_string,
+    json_string_map,
+    lines_to_bytes,
+)
+
+_PROTOCOL_LINE = dumps_line({"protocol": {"minReaderVersion": 1}})
+
+
+class ParquetWriter:
+    """Writes `responseformat=parquet` lines."""
+
+    def head_lines(self, head: TableHead) -> bytes:
+        return _PROTOCOL_LINE + dumps_line({"metaData": metadata_object(head)})
+
+    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext) -> FileLines:
+        if batch.num_rows == 0:
+            return FileLines(b"", None)
+        paths = batch.column("path")
+        signed = ctx.signer.sign(storage_keys(paths, ctx.storage, ctx.table_root))
+        pieces = [
+            '{"file":{"url":',
+            json_string(pa.array(signed.urls, pa.string())),
+            ',"id":"',
+            file_ids(paths, ctx.id_scheme),
+            '","partitionValues":',
+            json_string_map(batch.column("partitionValues")),
+            field("size", json_number(pc.fill_null(batch.column("size"), 0))),
+            field("stats", json_string(batch.column("stats"))),
+            f',"expirationTimestamp":{signed.expiration_ms}',
+        ]
+        if ctx.timestamp is not None:
+            pieces.append(f',"timestamp":{ctx.timestamp}')
+        if ctx.version is not None:
+            pieces.append(f',"version":{ctx.version}')
+        pieces.append("}}")
+        lines = concat(pieces, skip_null_pieces=True)
+        return FileLines(lines_to_bytes(lines), signed.expiration_ms)
+
+
+def metadata_object(head: TableHead) -> dict[str, object]:
+    """The parquet-format metaData object, in a fixed key order."""
+    meta = head.metadata
+    out: dict[str, object] = {"id": meta.id}
+    if meta.name is not None:
+        out["name"] = meta.name
+    if meta.description is not None:
+        out["description"] = meta.description
+    out["format"] = {"provider": meta.format_provider}
+    out["schemaString"] = clean_schema_for_sharing(meta.schema_string)
+    cdf = head.history_shared and meta.change_data_feed_enabled
+    out["configuration"] = {"enableChangeDataFeed": "true"} if cdf else {}
+    out["partitionColumns"] = list(meta.partition_columns)
+    out["size"] = head.size
+    out["numFiles"] = head.num_files
+    return out

@@ -1,0 +1,36 @@
+"""Signers that hand out time-limited URLs for table files."""
+
+from __future__ import annotations
+
+from deltalog.storage.base import Storage
+from deltalog.storage.local import LocalStorage
+from sharing.errors import UnsupportedOperation
+from sharing.presign.base import SignedUrls, Signer
+from sharing.presign.local import LocalSigner, TableRef
+
+__all__ = ["LocalSigner", "SignedUrls", "Signer", "TableRef", "signer_for"]
+
+
+def signer_for(
+    *,
+    storage: Storage,
+    table_root: str,
+    table: TableRef,
+    secret: str | bytes,
+    base_url: str,
+    endpoint: str,
+    ttl_seconds: int,
+) -> Signer:
+    """The signer for a table's storage: local tables get this server's own file URLs."""
+    if isinstance(storage, LocalStorage):
+        return LocalSigner(
+            secret=secret,
+            base_url=base_url,
+            endpoint=endpoint,
+            table=table,
+            table_root=table_root,
+            ttl_seconds=ttl_seconds,
+        )
+    raise UnsupportedOperation(
+        f"Sharing tables stored in {type(storage).__name__} is not supported yet."
+    )

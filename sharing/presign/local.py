@@ -1,0 +1,102 @@
+"""URLs for local tables, served by this server's own `/files` endpoint.
+
+A URL names the table (share/schema/table as configured) and the file's path relative to
+the table root, and carries an expiry and an HMAC-SHA256 over exactly those, so it cannot
+be replayed for another file, another table or after it expires. The `sp=r` parameter
+marks the URL as pre-signed for delta-kernel-rs, which only fetches http(s) paths over
+plain HTTP when the query looks like a signed URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from sharing.errors import UnsupportedOperation
+from sharing.presign.base import SignedUrls
+from sharing.presign.prepared_hmac import PreparedHmac
+
+_URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
+_KEY_LABEL = b"lakeshare/local-file-url/v1"
+
+
+def derive_master_key(secret: str | bytes) -> bytes:
+    """The key for file URLs, separated from other uses of the configured secret."""
+    raw = secret.encode() if isinstance(secret, str) else secret
+    return hmac.digest(raw, _KEY_LABEL, "sha256")
+
+
+def table_key(master: bytes, share: str, schema: str, table: str) -> bytes:
+    """A per-table key, so one HMAC per URL binds the table without hashing its names."""
+    return hmac.digest(master, f"{share}\x00{schema}\x00{table}".encode(), "sha256")
+
+
+def url_signature(key: bytes, relative_path: str, expires_ms: int) -> str:
+    """The `sig` parameter: hex HMAC-SHA256 of the expiry and the decoded relative path."""
+    return hmac.new(key, f"{expires_ms}\x00{relative_path}".encode(), hashlib.sha256).hexdigest()
+
+
+def quote_path(relative_path: str) -> str:
+    """Percent-encode a decoded relative path for use in a URL path."""
+    if _URL_SAFE_PATH.match(relative_path):
+        return relative_path
+    return quote(relative_path, safe="/=")
+
+
+@dataclass(frozen=True, slots=True)
+class TableRef:
+    """The configured names of a shared table, as they appear in file URLs."""
+
+    share: str
+    schema: str
+    table: str
+
+    def url_prefix(self) -> str:
+        return "/".join(quote(part, safe="") for part in (self.share, self.schema, self.table))
+
+
+class LocalSigner:
+    """Signs files under one local table root for `<base_url><endpoint>/files/...`."""
+
+    def __init__(
+        self,
+        *,
+        secret: str | bytes,
+        base_url: str,
+        endpoint: str,
+        table: TableRef,
+        table_root: str,
+        ttl_seconds: int,
+    ) -> None:
+        self._mac = PreparedHmac(
+            table_key(derive_master_key(secret), table.share, table.schema, table.table)
+        )
+        prefix = f"{base_url.rstrip('/')}/{endpoint.strip('/')}".rstrip("/")
+        self._url_prefix = f"{prefix}/files/{table.url_prefix()}/"
+        self._root_prefix = table_root.rstrip("/") + "/"
+        self._ttl_ms = ttl_seconds * 1000
+
+    def sign(self, keys: Sequence[str]) -> SignedUrls:
+        expires = int(time.time() * 1000) + self._ttl_ms
+        mac, root, url_prefix = self._mac.hexdigest, self._root_prefix, self._url_prefix
+        cut = len(root)
+        urls: list[str] = []
+        append = urls.append
+        safe = _URL_SAFE_PATH.match
+        exp_prefix = f"{expires}\x00"
+        query = f"?exp={expires}&sp=r&sig="
+        for storage_key in keys:
+            if not storage_key.startswith(root):
+                raise UnsupportedOperation(
+                    "Table contains absolute paths and cannot be shared through delta sharing"
+                )
+            relative = storage_key[cut:]
+            sig = mac((exp_prefix + relative).encode())
+            path = relative if safe(relative) else quote(relative, safe="/=")
+            append(url_prefix + path + query + sig)
+        return SignedUrls(urls=urls, expiration_ms=expires)

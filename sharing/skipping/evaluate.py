@@ -1,0 +1,381 @@
+"""Three-valued, vectorised evaluation of a predicate over a snapshot's files.
+
+For every node and every file two masks are computed: `may_true` (some row of the file
+may make the node TRUE) and `may_false` (some row may make it FALSE). Rows where the
+node is NULL count for neither, which is how SQL's three-valued logic comes out right:
+
+    AND: may_true = t1 & t2      may_false = f1 | f2
+    OR:  may_true = t1 | t2      may_false = f1 & f2
+    NOT: swaps the two masks
+
+A file is dropped only when `may_true` of the whole predicate is false, i.e. when no row
+can satisfy it. Each mask is either a Python bool (the same for every file) or a
+BooleanArray without nulls; unknown is simply "true" in both masks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltalog.actions import Metadata
+from deltalog.errors import DeltaError
+from sharing.skipping.bounds import Bounds, Mask, partition_bounds, stats_bounds, stats_json_type
+from sharing.skipping.columns import (
+    D_BOOL,
+    D_DATE,
+    D_FLOAT,
+    D_INT,
+    D_LOSSY,
+    D_STRING,
+    D_TS,
+    ResolvedColumn,
+    Resolver,
+    coerce_literal,
+    literal_constant,
+)
+from sharing.skipping.expr import (
+    EQ,
+    FLIPPED,
+    GE,
+    GT,
+    LE,
+    LT,
+    NULL,
+    And,
+    Column,
+    Compare,
+    Expr,
+    IsNull,
+    Literal,
+    Not,
+    Or,
+    Unknown,
+    columns_of,
+)
+from sharing.skipping.json_predicate import parse_json_predicate
+from sharing.skipping.sql_predicate import parse_sql_predicate
+from sharing.skipping.stats import DEFAULT_CACHE, FileStats, StatsCache
+
+log = logging.getLogger(__name__)
+
+Masks = tuple[Mask, Mask]
+UNKNOWN: Masks = (True, True)
+
+_ARROW_OF_DOMAIN = {
+    D_INT: pa.int64(),
+    D_FLOAT: pa.float64(),
+    D_LOSSY: pa.float64(),
+    D_STRING: pa.string(),
+    D_DATE: pa.date32(),
+    D_TS: pa.int64(),
+    D_BOOL: pa.bool_(),
+}
+
+
+def filter_files(
+    files: pa.Table,
+    metadata: Metadata,
+    *,
+    json_hints: str | None,
+    sql_hints: Sequence[str] | None,
+    evaluate_json: bool,
+    evaluate_sql: bool,
+    stats_cache: StatsCache | None = None,
+) -> pa.Table:
+    """The files (ADD_SCHEMA rows, order kept) that may hold rows matching the hints.
+
+    JSON and SQL hints are ANDed. Raises PredicateTooLarge (an InvalidParameter, HTTP 400)
+    for a JSON hint beyond the size limits; any other problem with a hint only reduces
+    the filtering. Returns `files` itself when nothing is filtered out.
+    """
+    predicates: list[Expr] = []
+    if evaluate_json and json_hints is not None:
+        parsed = parse_json_predicate(json_hints)
+        if parsed is not None:
+            predicates.append(parsed)
+    if evaluate_sql and sql_hints:
+        for hint in sql_hints:
+            parsed = parse_sql_predicate(hint)
+            if parsed is not None:
+                predicates.append(parsed)
+    if not predicates or files.num_rows == 0:
+        return files
+    predicate = predicates[0] if len(predicates) == 1 else And(tuple(predicates))
+    mask = file_mask(files, metadata, predicate, stats_cache=stats_cache)
+    if mask is True:
+        return files
+    if mask is False:
+        return files.slice(0, 0)
+    if pc.all(mask).as_py():
+        return files
+    return files.filter(mask)
+
+
+def file_mask(
+    files: pa.Table,
+    metadata: Metadata,
+    predicate: Expr,
+    *,
+    stats_cache: StatsCache | None = None,
+) -> Mask:
+    """Per file: may it hold a row satisfying `predicate`? (True = every file.)"""
+    if isinstance(predicate, Unknown):
+        return True
+    try:
+        resolver = Resolver(metadata)
+    except DeltaError as exc:
+        log.warning("predicate hints ignored: the table schema cannot be read (%s)", exc)
+        return True
+    try:
+        evaluator = _Evaluator(files, resolver, stats_cache or DEFAULT_CACHE)
+        may_true, _ = evaluator.evaluate(predicate)
+    except Exception:  # a bug here must cost filtering, not the request
+        log.exception("predicate hints ignored: evaluation failed")
+        return True
+    return may_true
+
+
+def apply_limit(
+    files: pa.Table, limit: int | None, *, stats_cache: StatsCache | None = None
+) -> pa.Table:
+    """The leading files whose live rows (numRecords minus deletion-vector cardinality)
+    reach `limit`; all files when that cannot be known before reaching it (a file without
+    numRecords on the way). `None` or a negative limit keeps everything; 0 keeps none."""
+    if limit is None or limit < 0 or files.num_rows == 0:
+        return files
+    if limit == 0:
+        return files.slice(0, 0)
+    stats = (stats_cache or DEFAULT_CACHE).get(files.column("stats"), [])
+    rows = stats.num_records
+    if "deletionVector" in files.column_names:
+        deletion_vectors = files.column("deletionVector")
+        if deletion_vectors.null_count < len(deletion_vectors):
+            deleted = pc.fill_null(pc.struct_field(deletion_vectors, ["cardinality"]), 0)
+            rows = pc.max_element_wise(pc.subtract(rows, deleted), 0)
+    if isinstance(rows, pa.ChunkedArray):
+        rows = rows.combine_chunks()
+    total = pc.cumulative_sum(pc.fill_null(rows, 0))
+    reached = pc.index(pc.greater_equal(total, limit), True).as_py()
+    unknown = pc.index(pc.is_null(rows), True).as_py()
+    if reached < 0 or 0 <= unknown <= reached:
+        return files
+    return files.slice(0, reached + 1)
+
+
+class _Evaluator:
+    """Evaluates one predicate over one files table, loading each column's values once."""
+
+    def __init__(self, files: pa.Table, resolver: Resolver, cache: StatsCache) -> None:
+        self.files = files
+        self.resolver = resolver
+        self.cache = cache
+        self.n = files.num_rows
+        self._resolved: dict[Column, ResolvedColumn | str] = {}
+        self._stats: FileStats | None = None
+        self._bounds: dict[tuple[Any, ...], Bounds | None] = {}
+        self._partition_values: pa.Array | None = None
+
+    # tree ------------------------------------------------------------------------------
+
+    def evaluate(self, node: Expr) -> Masks:
+        if isinstance(node, Compare):
+            return self.compare(node)
+        if isinstance(node, IsNull):
+            return self.is_null(node)
+        if isinstance(node, And):
+            results = [self.evaluate(child) for child in node.children]
+            return _all([r[0] for r in results]), _any([r[1] for r in results])
+        if isinstance(node, Or):
+            results = [self.evaluate(child) for child in node.children]
+            return _any([r[0] for r in results]), _all([r[1] for r in results])
+        if isinstance(node, Not):
+            may_true, may_false = self.evaluate(node.child)
+            return may_false, may_true
+        return UNKNOWN
+
+    def is_null(self, node: IsNull) -> Masks:
+        child = node.child
+        if isinstance(child, Literal):
+            return (True, False) if child.kind == NULL else (False, True)
+        column = self.resolve(child)
+        if column is None:
+            return UNKNOWN
+        bounds = self.bounds(column, None)
+        if bounds is None:
+            return UNKNOWN
+        return bounds.has_null, bounds.has_value
+
+    def compare(self, node: Compare) -> Masks:
+        op, left, right = node.op, node.left, node.right
+        if isinstance(left, Literal) and isinstance(right, Column):
+            op, left, right = FLIPPED[op], right, left
+        if isinstance(left, Literal) and isinstance(right, Literal):
+            return _constant_compare(op, left, right)
+        if not isinstance(left, Column) or not isinstance(right, Literal):
+            return UNKNOWN  # column against column: no skipping
+        column = self.resolve(left)
+        if column is None:
+            return UNKNOWN
+        coerced = coerce_literal(right, column.kind)
+        if coerced is None:
+            log.info("predicate on %r ignored: literal %r does not compare", column.name, right)
+            return UNKNOWN
+        domain, value = coerced
+        bounds = self.bounds(column, domain)
+        if bounds is None:
+            return UNKNOWN
+        scalar = pa.scalar(value, _ARROW_OF_DOMAIN[domain])
+        return _compare_bounds(bounds, op, scalar, value, weak=domain == D_LOSSY)
+
+    # columns ---------------------------------------------------------------------------
+
+    def resolve(self, column: Column) -> ResolvedColumn | None:
+        found = self._resolved.get(column)
+        if found is None:
+            found = self._resolved[column] = self.resolver.resolve(column)
+            if isinstance(found, str):
+                log.info("predicate ignored: %s", found)
+        return None if isinstance(found, str) else found
+
+    def bounds(self, column: ResolvedColumn, domain: str | None) -> Bounds | None:
+        """The column's bounds in `domain` (None: any domain, for null checks)."""
+        key = (column, domain)
+        if key not in self._bounds:
+            try:
+                self._bounds[key] = self._load_bounds(column, domain)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, DeltaError, ValueError) as exc:
+                log.info("predicate on %r ignored: its values cannot be read (%s)", column.name, exc)
+                self._bounds[key] = None
+        return self._bounds[key]
+
+    def _load_bounds(self, column: ResolvedColumn, domain: str | None) -> Bounds:
+        if column.partition:
+            raw = pc.map_lookup(
+                self.partition_values(), pa.scalar(column.physical_path[0]), "first"
+            )
+            return partition_bounds(raw, column, domain or "")
+        stats = self.stats()
+        request = (column.physical_path, stats_json_type(column))
+        return stats_bounds(stats.columns[request], stats.num_records, column, domain or "")
+
+    def partition_values(self) -> pa.Array:
+        if self._partition_values is None:
+            values = self.files.column("partitionValues")
+            self._partition_values = (
+                values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+            )
+        return self._partition_values
+
+    def stats(self) -> FileStats:
+        """Stats of every data column the predicate mentions, parsed in one pass."""
+        if self._stats is None:
+            raise RuntimeError("stats requested before prepare()")
+        return self._stats
+
+    def prepare(self, predicate: Expr) -> None:
+        requests = []
+        for column in columns_of(predicate):
+            resolved = self.resolve(column)
+            if resolved is not None and not resolved.partition:
+                requests.append((resolved.physical_path, stats_json_type(resolved)))
+        if requests:
+            self._stats = self.cache.get(self.files.column("stats"), requests)
+
+
+def _compare_bounds(bounds: Bounds, op: str, scalar: pa.Scalar, value: Any, *, weak: bool) -> Masks:
+    lo = bounds.lo
+    strict_lt = pc.less_equal if weak else pc.less
+    if op == LT:
+        may_true = _unknown_is_true(strict_lt(lo, scalar))
+        may_false = _upper_reaches(bounds, scalar, value, strict=False)
+    elif op == LE:
+        may_true = _unknown_is_true(pc.less_equal(lo, scalar))
+        may_false = _upper_reaches(bounds, scalar, value, strict=not weak)
+    elif op == GT:
+        may_true = _upper_reaches(bounds, scalar, value, strict=not weak)
+        may_false = _unknown_is_true(pc.less_equal(lo, scalar))
+    elif op == GE:
+        may_true = _upper_reaches(bounds, scalar, value, strict=False)
+        may_false = _unknown_is_true(strict_lt(lo, scalar))
+    else:
+        may_true = _and(
+            _unknown_is_true(pc.less_equal(lo, scalar)),
+            _upper_reaches(bounds, scalar, value, strict=False, for_equality=True),
+        )
+        if bounds.exact and bounds.hi is not None:
+            all_equal = pc.and_(pc.equal(lo, scalar), pc.equal(bounds.hi, scalar))
+            may_false = pc.invert(pc.fill_null(all_equal, False))
+        else:
+            may_false = True
+    return _and(may_true, bounds.has_value), _and(may_false, bounds.has_value)
+
+
+def _upper_reaches(
+    bounds: Bounds, scalar: pa.Scalar, value: Any, *, strict: bool, for_equality: bool = False
+) -> Mask:
+    """May some value be > (strict) or >= the literal, judging by the upper bound?"""
+    hi = bounds.hi_eq if for_equality else bounds.hi
+    if hi is None:
+        return True
+    reaches = _unknown_is_true((pc.greater if strict else pc.greater_equal)(hi, scalar))
+    if bounds.hi_prefix is None:
+        return reaches
+    # A value v with v[:k] <= prefix (k = len(prefix)) exists above the literal iff
+    # literal[:k] <= prefix, i.e. literal <= prefix or prefix is a prefix of literal.
+    prefix = bounds.hi_prefix
+    longest = pc.max(pc.utf8_length(prefix)).as_py() or 0
+    heads = pa.array([value[:k] for k in range(min(len(value), longest) + 1)], pa.string())
+    by_prefix = pc.or_(pc.greater_equal(prefix, scalar), pc.is_in(prefix, value_set=heads))
+    return pc.if_else(pc.is_null(prefix), reaches, pc.fill_null(by_prefix, True))
+
+
+def _constant_compare(op: str, left: Literal, right: Literal) -> Masks:
+    a, b = literal_constant(left), literal_constant(right)
+    if a is None or b is None or a[0] != b[0]:
+        return UNKNOWN
+    x, y = a[1], b[1]
+    result = {EQ: x == y, LT: x < y, LE: x <= y, GT: x > y, GE: x >= y}[op]  # type: ignore[operator]
+    return result, not result
+
+
+def _unknown_is_true(mask: pa.Array) -> pa.Array:
+    return pc.fill_null(mask, True)
+
+
+def _and(a: Mask, b: Mask) -> Mask:
+    if a is False or b is False:
+        return False
+    if a is True:
+        return b
+    if b is True:
+        return a
+    return pc.and_(a, b)
+
+
+def _or(a: Mask, b: Mask) -> Mask:
+    if a is True or b is True:
+        return True
+    if a is False:
+        return b
+    if b is False:
+        return a
+    return pc.or_(a, b)
+
+
+def _all(masks: list[Mask]) -> Mask:
+    out: Mask = True
+    for mask in masks:
+        out = _and(out, mask)
+    return out
+
+
+def _any(masks: list[Mask]) -> Mask:
+    out: Mask = False
+    for mask in masks:
+        out = _or(out, mask)
+    return out

@@ -1,0 +1,211 @@
+"""Shared tables as Delta tables: cached log readers, version resolution, error mapping.
+
+One `deltalog.DeltaTable` per location is kept in an LRU of `deltaTableCacheSize`; its
+snapshots are cached and updated incrementally by deltalog, so a request on an unchanged
+table costs one listing of new commits (none at all with `stalenessAcceptable`). Version
+and timestamp parameters are resolved here with the reference server's messages, and
+deltalog errors become protocol errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import deltalog
+from deltalog import history
+from deltalog.errors import (
+    CorruptLogError,
+    DeltaError,
+    TableNotFoundError,
+    TimestampOutOfRangeError,
+    UnsupportedFeatureError,
+    VersionNotFoundError,
+)
+from sharing.catalog import SharedTable
+from sharing.config import ServerConfig
+from sharing.errors import (
+    InvalidParameter,
+    MalformedRequest,
+    ResourceNotFound,
+    SharingError,
+    UnsupportedOperation,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResolvedSnapshot:
+    """A snapshot chosen for a request; `time_travel` when version/timestamp was given."""
+
+    snapshot: deltalog.Snapshot
+    time_travel: bool
+
+
+class TableService:
+    """Opens shared tables and resolves the snapshot a request asks for."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self._capacity = max(1, config.delta_table_cache_size)
+        self._stale_ok = config.staleness_acceptable
+        self._tables: OrderedDict[str, deltalog.DeltaTable] = OrderedDict()
+        self._latest: dict[str, deltalog.Snapshot] = {}
+        self._lock = threading.Lock()
+
+    # -- tables and snapshots ----------------------------------------------------------------
+
+    def delta_table(self, shared: SharedTable) -> deltalog.DeltaTable:
+        """The cached log reader of a shared table's location."""
+        location = shared.config.location
+        with self._lock:
+            table = self._tables.get(location)
+            if table is not None:
+                self._tables.move_to_end(location)
+                return table
+        with self.errors(shared):
+            table = deltalog.DeltaTable(location)
+        with self._lock:
+            table = self._tables.setdefault(location, table)
+            self._tables.move_to_end(location)
+            while len(self._tables) > self._capacity:
+                evicted, _ = self._tables.popitem(last=False)
+                self._latest.pop(evicted, None)
+        return table
+
+    def latest(self, shared: SharedTable) -> deltalog.Snapshot:
+        """The latest snapshot; with `stalenessAcceptable`, the one read last time."""
+        location = shared.config.location
+        if self._stale_ok:
+            with self._lock:
+                cached = self._latest.get(location)
+            if cached is not None:
+                return cached
+        table = self.delta_table(shared)
+        with self.errors(shared):
+            snapshot = table.snapshot()
+        with self._lock:
+            self._latest[location] = snapshot
+        return snapshot
+
+    def at_version(self, shared: SharedTable, version: int) -> deltalog.Snapshot:
+        """The snapshot at `version`; beyond the latest is the reference's Kernel error."""
+        table = self.delta_table(shared)
+        with self.errors(shared):
+            return table.snapshot(version)
+
+    # -- request parameters ------------------------------------------------------------------
+
+    def resolve(
+        self, shared: SharedTable, *, version: int | None, timestamp: str | None
+    ) -> ResolvedSnapshot:
+        """The snapshot for `version` or `timestamp` (at most one), else the latest."""
+        if version is None and timestamp is None:
+            snapshot = self.latest(shared)
+            self._check_start_version(shared, snapshot.version)
+            return ResolvedSnapshot(snapshot, time_travel=False)
+        require_history(shared)
+        if version is not None:
+            self._check_start_version(shared, version)
+            return ResolvedSnapshot(self.at_version(shared, version), time_travel=True)
+        assert timestamp is not None
+        ts = parse_timestamp(timestamp)
+        table = self.delta_table(shared)
+        with self.errors(shared):
+            resolved = history.version_at_or_before(table, ts)
+        self._check_start_version(shared, resolved)
+        return ResolvedSnapshot(self.at_version(shared, resolved), time_travel=True)
+
+    def version_for_starting_timestamp(self, shared: SharedTable, text: str) -> int:
+        """The earliest version committed at or after `text` (GET /version): the first
+        version when the timestamp is before it, an error when after the last commit."""
+        require_history(shared)
+        ts = parse_timestamp(text)
+        table = self.delta_table(shared)
+        if not self._stale_ok:
+            self.latest(shared)  # pick up new commits before searching
+        with self.errors(shared):
+            version = history.version_at_or_after(table, ts)
+        start = shared.config.start_version
+        if version < start:
+            raise InvalidParameter(
+                f"You can only query table data since version {start}."
+                f"The provided timestamp({text}) corresponds to {version}."
+            )
+        return version
+
+    @staticmethod
+    def _check_start_version(shared: SharedTable, version: int) -> None:
+        start = shared.config.start_version
+        if version < start:
+            raise InvalidParameter(f"You can only query table data since version {start}.")
+
+    # -- errors ------------------------------------------------------------------------------
+
+    @contextmanager
+    def errors(self, shared: SharedTable) -> Iterator[None]:
+        """Translate deltalog errors raised inside the block into protocol errors."""
+        try:
+            yield
+        except SharingError:
+            raise
+        except TableNotFoundError as exc:
+            log.warning(
+                "shared table %s: no Delta table at %s (%s)",
+                shared.full_name,
+                shared.config.location,
+                exc,
+            )
+            raise ResourceNotFound(
+                f"[Share/Schema/Table] '{shared.share}/{shared.schema}/{shared.name}' does "
+                "not exist, please contact your share provider for further information."
+            ) from exc
+        except UnsupportedFeatureError as exc:
+            raise UnsupportedOperation(
+                f"Table {shared.full_name} uses Delta features this server cannot read: "
+                f"{', '.join(exc.features)}"
+            ) from exc
+        except VersionNotFoundError as exc:
+            raise MalformedRequest(_version_message(exc)) from exc
+        except TimestampOutOfRangeError as exc:
+            raise MalformedRequest(str(exc)) from exc
+        except (CorruptLogError, DeltaError, OSError) as exc:
+            log.exception(
+                "shared table %s at %s cannot be read", shared.full_name, shared.config.location
+            )
+            raise SharingError("The table cannot be read; the provider has been notified.") from exc
+
+
+def require_history(shared: SharedTable) -> None:
+    """Time travel and timestamp lookups need `historyShared` on the table."""
+    if not shared.config.history_shared:
+        raise InvalidParameter(
+            "Reading table by version or timestamp is not supported because history sharing "
+            f"is not enabled on table: {shared.full_name}"
+        )
+
+
+def parse_timestamp(text: str) -> int:
+    """An ISO-8601 timestamp with offset as epoch ms, or the reference's 400."""
+    try:
+        return history.parse_timestamp(text)
+    except ValueError as exc:
+        raise InvalidParameter(f"Invalid startingTimestamp: {exc}") from exc
+
+
+def _version_message(exc: VersionNotFoundError) -> str:
+    if exc.latest is not None and exc.version > exc.latest:
+        return (
+            f"Cannot load table version {exc.version} as it does not exist. "
+            f"The latest available version is {exc.latest}."
+        )
+    if exc.earliest is not None and exc.version < exc.earliest:
+        return (
+            f"Cannot load table version {exc.version}: the earliest version that can be "
+            f"reconstructed is {exc.earliest}."
+        )
+    return f"Cannot load table version {exc.version}: {exc}"

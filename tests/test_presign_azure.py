@@ -1,0 +1,115 @@
+"""AzureSigner matches generate_blob_sas byte for byte, and Azurite accepts (and rejects) it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from azure.storage.blob import BlobClient, BlobSasPermissions, generate_blob_sas
+from cloud_fixtures import AZURITE_ACCOUNT, AZURITE_KEY, azurite  # noqa: F401  (fixture)
+
+from deltalog.storage.azure import AzureStorage
+from sharing.errors import SharingError, UnsupportedOperation
+from sharing.presign.azure import SAS_VERSION, AzureSigner
+from sharing.presign.base import Signer
+
+NOW = 1_795_364_124.5
+NAMES = [
+    "part-00000-3810fbe0-9892-431d-bcfd-7de5788dfe8d-c000.snappy.parquet",
+    "date=2024-01-01/part 1.parquet",
+    "a+b/c=d/e%20f/g%h.parquet",
+    "ünïcødé/数据/файл.parquet",
+    "special/!'()*&$@,;:[]{}^`|\"<>.parquet",
+    "tilde~dash-under_score.parquet",
+]
+
+
+def sdk_url(endpoint: str, container: str, name: str, expiry: int, protocol: str) -> str:
+    token = generate_blob_sas(
+        AZURITE_ACCOUNT,
+        container,
+        name,
+        account_key=AZURITE_KEY,
+        permission=BlobSasPermissions(read=True),
+        expiry=dt.datetime.fromtimestamp(expiry, dt.UTC),
+        protocol=protocol,
+    )
+    return f"{BlobClient(endpoint, container, name).url}?{token}"
+
+
+def test_sdk_version_is_the_one_signed() -> None:
+    from azure.storage.blob._shared.constants import X_MS_VERSION
+
+    assert X_MS_VERSION == SAS_VERSION
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        f"https://{AZURITE_ACCOUNT}.blob.core.windows.net",
+        f"http://127.0.0.1:10000/{AZURITE_ACCOUNT}",
+    ],
+)
+def test_identical_to_generate_blob_sas(endpoint: str) -> None:
+    signer = AzureSigner(
+        AZURITE_ACCOUNT, AZURITE_KEY, table_root="lake/tables/t1", ttl_seconds=3600, blob_endpoint=endpoint
+    )
+    assert isinstance(signer, Signer)
+    signed = signer.sign([f"lake/tables/t1/{name}" for name in NAMES], now=NOW)
+    protocol = "https" if endpoint.startswith("https") else "https,http"
+    expiry = int(NOW) + 3600
+    assert signed.urls == [sdk_url(endpoint, "lake", f"tables/t1/{n}", expiry, protocol) for n in NAMES]
+    assert signed.expiration_ms == expiry * 1000
+
+
+def test_refuses_keys_outside_the_table_and_bad_keys() -> None:
+    signer = AzureSigner(AZURITE_ACCOUNT, AZURITE_KEY, table_root="lake/t", ttl_seconds=60)
+    for key in ("lake/t2/x", "other/t/x"):
+        with pytest.raises(UnsupportedOperation):
+            signer.sign([key])
+    with pytest.raises(SharingError):
+        AzureSigner(AZURITE_ACCOUNT, "not base64!", table_root="lake/t", ttl_seconds=60)
+
+
+def test_needs_an_account_key() -> None:
+    storage = AzureStorage(AZURITE_ACCOUNT, {"sas_token": "sv=x&sig=y"})
+    with pytest.raises(SharingError, match="account key"):
+        AzureSigner.for_storage(storage, table_root="lake/t", ttl_seconds=60)
+
+
+def _status(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as error:
+        return error.code, b""
+
+
+@pytest.mark.slow
+def test_azurite_checks_the_signatures(azurite: str) -> None:  # noqa: F811
+    storage = AzureStorage(AZURITE_ACCOUNT, {"endpoint": azurite, "account_key": AZURITE_KEY})
+    container = storage.container("presign")
+    container.create_container()
+    body = bytes(range(256)) * 20
+    names = ["t/plain.bin", "t/a b/ü+=%.bin"]
+    for name in names:
+        container.upload_blob(name, body)
+    signer = AzureSigner.for_storage(storage, table_root="presign/t", ttl_seconds=3600)
+    urls = signer.sign([f"presign/{name}" for name in names]).urls
+    for url in urls:
+        assert _status(url) == (200, body)
+        assert _status(url, {"Range": "bytes=10-19"}) == (206, body[10:20])
+    tampered = urls[0].replace("plain.bin", "plain.bim")
+    assert _status(tampered)[0] in (403, 404)
+    forged = urls[0][:-8] + ("A" if urls[0][-8] != "A" else "B") + urls[0][-7:]
+    assert _status(forged)[0] == 403
+    assert _status(urls[0].replace("sp=r", "sp=rw"))[0] == 403
+    expired = signer.sign(["presign/t/plain.bin"], now=time.time() - 7200).urls[0]
+    assert _status(expired)[0] == 403
+    wrong_key = AzureSigner(
+        AZURITE_ACCOUNT, "d3Jvbmcta2V5", table_root="presign/t", ttl_seconds=3600, blob_endpoint=azurite
+    )
+    assert _status(wrong_key.sign(["presign/t/plain.bin"]).urls[0])[0] == 403
