@@ -11,11 +11,14 @@ import json
 import logging
 import os
 import socket
+import ssl as stdlib_ssl
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from starlette.types import ASGIApp
 
 from app.logs import configure_logging
 from sharing.config import ConfigError, ServerConfig, load_config
@@ -104,6 +107,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"invalid configuration: {exc}", 2)
     configure_logging(config.log_level)
+    from app.main import create_app
+
+    app = create_app(config)  # before announcing anything: a broken app must not look up
 
     host = args.host if args.host is not None else config.host
     port = args.port if args.port is not None else config.port
@@ -121,7 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(f"cannot set up TLS: {exc}")
         base_url = _base_url(config, host, port)
         _announce(config, config_path, base_url, demo)
-        return _run(config, sock, ssl_options)
+        return _run(app, sock, ssl_options)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -157,9 +163,14 @@ def _ssl_options(config: ServerConfig, host: str, tls_dir: Path) -> dict[str, An
         "ssl_certfile": ssl.certificate_file,
         "ssl_keyfile": ssl.certificate_key_file,
     }
+    password = None
     if ssl.certificate_password_file:
         password = Path(ssl.certificate_password_file).read_text(encoding="utf-8").strip()
         options["ssl_keyfile_password"] = password
+    # Load once here so a bad certificate, key or password is a one-line error (ssl.SSLError
+    # is an OSError), not a traceback from inside uvicorn.
+    probe = stdlib_ssl.SSLContext(stdlib_ssl.PROTOCOL_TLS_SERVER)
+    probe.load_cert_chain(options["ssl_certfile"], options["ssl_keyfile"], password)
     return options
 
 
@@ -212,14 +223,12 @@ def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
     return path
 
 
-def _run(config: ServerConfig, sock: socket.socket, ssl_options: dict[str, Any]) -> int:
+def _run(app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any]) -> int:
     import uvicorn
-
-    from app.main import create_app
 
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(config),
+            app,
             log_config=None,
             access_log=False,  # ours omits query strings, which may carry signatures
             server_header=False,

@@ -371,7 +371,7 @@ def _create_customers(path: Path) -> None:
         description="Customers of the demo shop; erased customers are soft-deleted.",
     )
     write_deltalake(uri, _customers(151, 150), mode="append")
-    first_file, second_file = _single_file_adds(path, expected=2)
+    first_file, second_file = _active_adds(path, expected=2)
 
     metadata = _latest_action(path, "metaData")
     metadata["configuration"] = {
@@ -426,7 +426,7 @@ def _row_indexes(path: Path, add: dict[str, Any], deleted: Callable[[int], bool]
     return [index for index, cid in enumerate(ids["customer_id"].to_pylist()) if deleted(cid)]
 
 
-def _single_file_adds(path: Path, *, expected: int) -> list[dict[str, Any]]:
+def _active_adds(path: Path, *, expected: int) -> list[dict[str, Any]]:
     """The active add actions, in commit order; the DV commits rely on one file per write."""
     adds: dict[str, dict[str, Any]] = {}
     for action in _log_actions(path):

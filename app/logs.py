@@ -28,6 +28,19 @@ _STANDARD_ATTRS = frozenset(
 )
 
 
+_URL_LOGGING_LIBRARIES = (
+    "httpx",
+    "httpcore",
+    "urllib3",
+    "botocore",
+    "boto3",
+    "s3transfer",
+    "azure",
+    "google.auth",
+    "google.cloud",
+)
+
+
 def current_request_id() -> str | None:
     return request_id_var.get()
 
@@ -66,6 +79,10 @@ def configure_logging(level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # uvicorn's own access log prints query strings (signatures); ours replaces it.
     logging.getLogger("uvicorn.access").disabled = True
+    # HTTP and cloud SDK clients print full URLs (pre-signed ones included) and request
+    # headers below WARNING: never let them reach the log.
+    for name in _URL_LOGGING_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
     for name in ("uvicorn", "uvicorn.error"):
         logger = logging.getLogger(name)
         logger.handlers.clear()

@@ -70,6 +70,7 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 status = message["status"]
+                message["headers"] = list(message.get("headers", ()))
                 MutableHeaders(scope=message)["X-Request-Id"] = request_id
             await send(message)
 

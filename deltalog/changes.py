@@ -118,7 +118,7 @@ def is_noop_merge(commit_info: dict[str, Any] | None) -> bool:
 
 def data_changes(table: TableLike, start: int, end: int) -> Iterator[DataChangeCommit]:
     """The commits `start..end` (inclusive) as a stream reader sees them."""
-    clock = timeline(table)
+    clock = timeline(table, through=end)
     for commit in table.commits(start, end):
         yield DataChangeCommit(
             version=commit.version,
@@ -136,7 +136,7 @@ def table_changes(table: TableLike, start: int, end: int) -> Iterator[ChangeComm
     Does not check that change data was recorded: call `check_cdf_enabled` first (before
     a response starts), or look at `cdf_enabled`.
     """
-    clock = timeline(table)
+    clock = timeline(table, through=end)
     in_effect: Metadata | None = None
     for commit in table.commits(start, end):
         if commit.metadata is not None:

@@ -9,10 +9,12 @@ Python objects.
 
 from __future__ import annotations
 
+import os
 import posixpath
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -23,7 +25,7 @@ import pyarrow.parquet as pq
 
 from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, Metadata, Protocol
 from deltalog.commits import LOG_DIR, file_actions_table, metadata_from_action
-from deltalog.errors import CorruptLogError, DeltaError, MissingLogFileError
+from deltalog.errors import CorruptLogError, MissingLogFileError
 from deltalog.log_segment import Checkpoint
 from deltalog.parsed_columns import partition_values_map, stats_json
 from deltalog.storage.base import FileInfo, Storage
@@ -50,6 +52,9 @@ _KEY_FIELD = {
     "sidecar": "path",
 }
 _MAX_PARALLEL_READS = 8
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+_ROW_GROUP_WORKERS = 4
 
 
 @dataclass
@@ -93,7 +98,8 @@ def read_checkpoint(storage: Storage, table_root: str, checkpoint: Checkpoint) -
     return _combine(parts, version)
 
 
-def _parallel(fn, items):  # type: ignore[no-untyped-def]
+def _parallel(fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
+    """`fn` over `items` in order; files are read concurrently (pyarrow releases the GIL)."""
     items = list(items)
     if len(items) <= 1:
         return [fn(i) for i in items]
@@ -142,15 +148,47 @@ def _read_parquet_actions(
     if not files_only:
         columns += [n for n in _NON_FILE_ACTIONS if n in names]
     name = posixpath.basename(key)
+    if not columns:
+        return _Part()
+    # One row group at a time: the transient (unfiltered) Arrow data stays bounded by a
+    # row group per worker, and each group's file actions become their own chunk. Workers
+    # take interleaved groups, each through its own file handle (footer parsed once).
+    groups = pf.num_row_groups
+    workers = max(1, min(_ROW_GROUP_WORKERS, os.cpu_count() or 1, groups))
+    if workers == 1:
+        results = [_read_group(pf, g, columns, version, name) for g in range(groups)]
+    else:
+        metadata = pf.metadata
+
+        def run(worker: int) -> list[tuple[int, _Part]]:
+            own = pq.ParquetFile(storage.open_input_file(key), metadata=metadata)
+            return [
+                (g, _read_group(own, g, columns, version, name))
+                for g in range(worker, groups, workers)
+            ]
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = [r for rs in pool.map(run, range(workers)) for r in rs]
+        results = [p for _, p in sorted(done, key=lambda gp: gp[0])]
+    part = _Part()
+    for r in results:
+        part.adds += r.adds
+        part.removes += r.removes
+        for kind, actions in r.non_file.items():
+            part.non_file.setdefault(kind, []).extend(actions)
+    return part
+
+
+def _read_group(
+    pf: pq.ParquetFile, group: int, columns: list[str], version: int, name: str
+) -> _Part:
     try:
-        table = pf.read(columns=columns, use_threads=True) if columns else None
+        table = pf.read_row_group(group, columns=columns, use_threads=True)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
     part = _Part()
-    if table is None:
-        return part
     if "add" in table.column_names:
-        part.adds.append(_adds(pf, table.column("add"), version, name))
+        part.adds.append(_adds(pf, group, table.column("add"), version, name))
     if "remove" in table.column_names:
         part.removes.append(_file_actions(table.column("remove"), REMOVE_SCHEMA, version))
     for kind in _NON_FILE_ACTIONS:
@@ -211,7 +249,9 @@ def _file_actions(
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _adds(pf: pq.ParquetFile, col: pa.ChunkedArray, version: int, name: str) -> pa.Table:
+def _adds(
+    pf: pq.ParquetFile, group: int, col: pa.ChunkedArray, version: int, name: str
+) -> pa.Table:
     """Add rows, falling back to `stats_parsed` / `partitionValues_parsed` where the string
     forms are missing."""
     st = pf.schema_arrow.field("add").type
@@ -231,7 +271,7 @@ def _adds(pf: pq.ParquetFile, col: pa.ChunkedArray, version: int, name: str) -> 
         wanted += ["add.stats_parsed"] if need_stats else []
         wanted += ["add.partitionValues_parsed"] if need_pv else []
         try:
-            parsed = _valid_rows(pf.read(columns=wanted).column("add"), "add")
+            parsed = _valid_rows(pf.read_row_group(group, columns=wanted).column("add"), "add")
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
         if need_stats:
@@ -323,6 +363,3 @@ def _combine(parts: list[_Part], version: int) -> CheckpointState:
             f"checkpoint for version {version} declares version {cp_version} in checkpointMetadata"
         )
     return state
-
-
-__all__ = ["CheckpointState", "DeltaError", "read_checkpoint"]

@@ -104,6 +104,7 @@ def check_reader_protocol(protocol: Protocol) -> None:
     unsupported = sorted(set(listed) - SUPPORTED_READER_FEATURES)
     if unsupported:
         raise UnsupportedFeatureError(
-            f"table requires reader features this reader does not support: {', '.join(unsupported)}",
+            "table requires reader features this reader does not support: "
+            + ", ".join(unsupported),
             features=unsupported,
         )

@@ -51,6 +51,7 @@ __all__ = [
     "CommitTimeline",
     "clear_cache",
     "commit_timestamp",
+    "commit_timestamps",
     "format_instant",
     "ict_enablement_version",
     "parse_timestamp",
@@ -322,9 +323,14 @@ _timelines: OrderedDict[tuple[str, str], CommitTimeline] = OrderedDict()
 _timelines_lock = threading.Lock()
 
 
-def timeline(table: TableLike, *, refresh: bool = True) -> CommitTimeline:
-    """The cached timeline of `table` (keyed by storage and root), refreshed with the
-    commits written since the last call unless `refresh` is False."""
+def timeline(table: TableLike, *, through: int | None = None) -> CommitTimeline:
+    """The cached timeline of `table` (keyed by storage and root).
+
+    It is refreshed with the commits written since (one listing) unless it already
+    reaches version `through`: a caller that knows the latest version it works with
+    passes it and saves the listing. A log replaced in place (table deleted and created
+    again at the same location) is noticed at the next refresh.
+    """
     cache_key = (repr(table.storage), table.table_root)
     with _timelines_lock:
         found = _timelines.get(cache_key)
@@ -334,7 +340,7 @@ def timeline(table: TableLike, *, refresh: bool = True) -> CommitTimeline:
         _timelines.move_to_end(cache_key)
         while len(_timelines) > _CACHE_CAPACITY:
             _timelines.popitem(last=False)
-    if refresh or not found.built:
+    if through is None or not found.built or through > found.latest:
         found.refresh(table)
     return found
 
@@ -351,14 +357,25 @@ def clear_cache() -> None:
 
 def commit_timestamp(table: TableLike, version: int) -> int:
     """The commit timestamp (ms) of `version`, as CDF and streaming responses report it."""
-    return timeline(table).timestamp(version)
+    return timeline(table, through=version).timestamp(version)
+
+
+def commit_timestamps(table: TableLike, start: int, end: int) -> list[int]:
+    """The commit timestamps (ms) of versions `start..end` inclusive, from one listing
+    (plus one read of each commit's first line where in-commit timestamps apply)."""
+    tl = timeline(table, through=end)
+    return [tl.timestamp(v) for v in range(start, end + 1)]
 
 
 def version_at_or_before(table: TableLike, ts_ms: int, *, latest: int | None = None) -> int:
     """The latest version whose commit timestamp is <= `ts_ms` (time travel by timestamp,
-    and `endingTimestamp` of CDF). `latest` caps the search (a version pinned by the
-    caller). Before the first or after the last commit is a TimestampOutOfRangeError."""
-    tl = timeline(table)
+    and `endingTimestamp` of CDF). Before the first or after the last commit is a
+    TimestampOutOfRangeError.
+
+    `latest` is the newest version to consider (the caller's latest snapshot version);
+    without it the log is listed for new commits first.
+    """
+    tl = timeline(table, through=latest)
     lo, hi = tl.searchable(latest)
     times = _TimesView(tl)
     _check_range(tl, times, lo, hi, ts_ms)
@@ -377,8 +394,9 @@ def version_at_or_after(
     Before the first commit gives the earliest version (GET /version), or an error when
     `before_first_is_error` (CDF's startingTimestamp); after the last commit is an error.
     An exact match gives that very version (the reference is off by one there).
+    `latest` as for `version_at_or_before`.
     """
-    tl = timeline(table)
+    tl = timeline(table, through=latest)
     lo, hi = tl.searchable(latest)
     times = _TimesView(tl)
     _check_range(tl, times, lo, hi, ts_ms, before_first=before_first_is_error)

@@ -178,16 +178,14 @@ def _classify(
 ) -> None:
     if m := _COMMIT_RE.match(name):
         commits[int(m.group(1))] = info
-    elif m := _CLASSIC_RE.match(name):
-        if info.size > 0:
-            singles.append(Checkpoint(int(m.group(1)), "classic", (info,)))
+    elif (m := _CLASSIC_RE.match(name)) and info.size > 0:
+        singles.append(Checkpoint(int(m.group(1)), "classic", (info,)))
     elif m := _MULTIPART_RE.match(name):
         part, total = int(m.group(2)), int(m.group(3))
         if 1 <= part <= total and info.size > 0:
             parts[(int(m.group(1)), total)][part] = info
-    elif m := _V2_RE.match(name):
-        if info.size > 0:
-            singles.append(Checkpoint(int(m.group(1)), "v2", (info,)))
+    elif (m := _V2_RE.match(name)) and info.size > 0:
+        singles.append(Checkpoint(int(m.group(1)), "v2", (info,)))
     # Everything else (.crc, compacted logs, temporary files) takes no part in replay.
     # Compacted logs are an optional optimisation; ignoring them cannot change a result.
 
@@ -240,11 +238,7 @@ def _segment_from(
             checkpoint = c
             break
     start = checkpoint.version + 1 if checkpoint is not None else 0
-    if (
-        (checkpoint is None
-        and 0 not in listing.commits)
-        or (checkpoint is None and listing.after is not None)
-    ):
+    if checkpoint is None and (listing.after is not None or 0 not in listing.commits):
         _raise_not_reconstructible(listing, storage, table_root, target, latest)
     if target not in listing.commits and (checkpoint is None or checkpoint.version != target):
         raise VersionNotFoundError(

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, CommitActions
 
 _KEY_SEP = "\x00"
+KEY_CHUNK = 16_384
 
 
 def dv_unique_id(dv: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -72,7 +73,12 @@ class FileState:
     def from_base(cls, adds: pa.Table, removes: pa.Table) -> FileState:
         """A state from actions whose keys are already reconciled (e.g. a checkpoint)."""
         adds, removes = adds.cast(ADD_SCHEMA), removes.cast(REMOVE_SCHEMA)
-        return cls(adds, removes, _chunked(file_keys(adds)), _chunked(file_keys(removes)))
+        return cls(
+            adds,
+            removes,
+            _rechunk(_chunked(file_keys(adds))),
+            _rechunk(_chunked(file_keys(removes))),
+        )
 
     @classmethod
     def empty(cls) -> FileState:
@@ -83,17 +89,46 @@ def _chunked(arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
     return arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr])
 
 
+def _rechunk(keys: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Keys in chunks of at most KEY_CHUNK rows (zero-copy slices), so that a commit
+    removing a few files only copies the chunks that hold them."""
+    if all(len(c) <= KEY_CHUNK for c in keys.chunks):
+        return keys
+    pieces = [c.slice(i, KEY_CHUNK) for c in keys.chunks for i in range(0, len(c), KEY_CHUNK)]
+    return pa.chunked_array(pieces, keys.type)
+
+
 def _keep(
     table: pa.Table, keys: pa.ChunkedArray, touched: pa.Array
 ) -> tuple[pa.Table, pa.ChunkedArray]:
-    """Rows of `table` whose key is not in `touched`; no copy when nothing matches."""
+    """Rows of `table` whose key is not in `touched`. Only the key chunks that contain a
+    match are filtered (copied); every other range of rows is kept as a zero-copy slice."""
     if table.num_rows == 0 or len(touched) == 0:
         return table, keys
     hit = pc.is_in(keys, value_set=touched)
     if not pc.any(hit).as_py():
         return table, keys
-    keep = pc.invert(hit)
-    return table.filter(keep), _chunked(keys.filter(keep))
+    pieces: list[pa.Table] = []
+    key_chunks: list[pa.Array] = []
+    offset = 0
+    run_start = 0  # start of the current run of untouched chunks
+    hit_all = hit.combine_chunks()  # (the result's chunking need not follow the keys')
+    for key_chunk in keys.chunks:
+        n = len(key_chunk)
+        hit_chunk = hit_all.slice(offset, n)
+        if hit_chunk.true_count:
+            if offset > run_start:
+                pieces.append(table.slice(run_start, offset - run_start))
+            keep = pc.invert(hit_chunk)
+            pieces.append(table.slice(offset, n).filter(keep))
+            key_chunks.append(key_chunk.filter(keep))
+            run_start = offset + n
+        else:
+            key_chunks.append(key_chunk)
+        offset += n
+    if offset > run_start:
+        pieces.append(table.slice(run_start, offset - run_start))
+    return pa.concat_tables(pieces), pa.chunked_array(key_chunks, keys.type)
 
 
 def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileState:
@@ -153,13 +188,13 @@ def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileStat
         idx = pa.array(add_rows)
         files = pa.concat_tables([files, all_adds.take(idx)])
         fkeys = pa.chunked_array(
-            fkeys.chunks + [all_add_keys.take(idx).combine_chunks()], pa.string()
+            [*fkeys.chunks, all_add_keys.take(idx).combine_chunks()], pa.string()
         )
     if len(rem_rows):
         idx = pa.array(rem_rows)
         tombs = pa.concat_tables([tombs, all_removes.take(idx)])
         tkeys = pa.chunked_array(
-            tkeys.chunks + [all_rem_keys.take(idx).combine_chunks()], pa.string()
+            [*tkeys.chunks, all_rem_keys.take(idx).combine_chunks()], pa.string()
         )
     return FileState(files, tombs, fkeys, tkeys)
 

@@ -129,7 +129,10 @@ class Snapshot:
         )
 
     def __repr__(self) -> str:
-        return f"Snapshot(table_root={self.table_root!r}, version={self.version}, files={self.num_files})"
+        return (
+            f"Snapshot(table_root={self.table_root!r}, version={self.version}, "
+            f"files={self.num_files})"
+        )
 
 
 def _apply_domains(domains: dict[str, dict[str, Any]], updates: dict[str, dict[str, Any]]) -> None:

@@ -41,10 +41,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ResolvedSnapshot:
-    """A snapshot chosen for a request; `time_travel` when version/timestamp was given."""
+    """A snapshot chosen for a request. On time travel (version or timestamp given),
+    `commit_timestamp` is the version's timestamp on the same monotonised timeline that
+    timestamp lookups search, so a client can travel back with the value it was given."""
 
     snapshot: deltalog.Snapshot
     time_travel: bool
+    commit_timestamp: int | None = None
 
 
 class TableService:
@@ -109,16 +112,17 @@ class TableService:
             self._check_start_version(shared, snapshot.version)
             return ResolvedSnapshot(snapshot, time_travel=False)
         require_history(shared)
-        if version is not None:
-            self._check_start_version(shared, version)
-            return ResolvedSnapshot(self.at_version(shared, version), time_travel=True)
-        assert timestamp is not None
-        ts = parse_timestamp(timestamp)
         table = self.delta_table(shared)
+        if version is None:
+            assert timestamp is not None
+            ts = parse_timestamp(timestamp)
+            with self.errors(shared):
+                version = history.version_at_or_before(table, ts)
+        self._check_start_version(shared, version)
+        snapshot = self.at_version(shared, version)
         with self.errors(shared):
-            resolved = history.version_at_or_before(table, ts)
-        self._check_start_version(shared, resolved)
-        return ResolvedSnapshot(self.at_version(shared, resolved), time_travel=True)
+            committed = history.commit_timestamp(table, version)
+        return ResolvedSnapshot(snapshot, time_travel=True, commit_timestamp=committed)
 
     def version_for_starting_timestamp(self, shared: SharedTable, text: str) -> int:
         """The earliest version committed at or after `text` (GET /version): the first

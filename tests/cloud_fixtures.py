@@ -132,7 +132,15 @@ def azurite_command() -> Path:
         pytest.skip("Azurite needs node and npm on PATH; neither was found")
     root.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--prefix", str(root), f"azurite@{AZURITE_VERSION}"],
+        [
+            npm,
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--prefix",
+            str(root),
+            f"azurite@{AZURITE_VERSION}",
+        ],
         capture_output=True,
         timeout=600,
     )

@@ -18,7 +18,11 @@ CORPUS_TABLES = {
 
 def table_files(local_root: Path) -> list[tuple[str, Path]]:
     """(relative name, path) of every file of a local table."""
-    return [(p.relative_to(local_root).as_posix(), p) for p in sorted(local_root.rglob("*")) if p.is_file()]
+    return [
+        (p.relative_to(local_root).as_posix(), p)
+        for p in sorted(local_root.rglob("*"))
+        if p.is_file()
+    ]
 
 
 def _names(infos, root: str) -> list[tuple[str, int]]:
@@ -37,7 +41,9 @@ def check_listing(storage: Storage, root: str, local_root: Path) -> None:
     log = f"{root}/_delta_log/"
     everything = [i.key for i in storage.list_from(log)]
     for after in (everything[0], everything[len(everything) // 2], everything[-1], log, f"{log}~"):
-        assert [i.key for i in storage.list_from(log, after)] == [k for k in everything if k > after]
+        assert [i.key for i in storage.list_from(log, after)] == [
+            k for k in everything if k > after
+        ]
 
 
 def check_reads(storage: Storage, root: str, local_root: Path) -> None:

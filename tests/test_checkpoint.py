@@ -337,13 +337,13 @@ def test_non_file_actions_from_checkpoints() -> None:
 
 def test_only_needed_columns_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     requested: list[list[str]] = []
-    original = pq.ParquetFile.read
+    original = pq.ParquetFile.read_row_group
 
-    def spy(self, columns=None, **kwargs):  # type: ignore[no-untyped-def]
+    def spy(self, i, columns=None, **kwargs):  # type: ignore[no-untyped-def]
         requested.append(list(columns or []))
-        return original(self, columns=columns, **kwargs)
+        return original(self, i, columns=columns, **kwargs)
 
-    monkeypatch.setattr(pq.ParquetFile, "read", spy)
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
     _state("delta-rs/simple_table_with_checkpoint")
     assert requested and all(not c.startswith("commitInfo") for cols in requested for c in cols)
     assert all("add.stats_parsed" not in cols for cols in requested)

@@ -198,16 +198,11 @@ def test_serve_with_a_config_answers_shares(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_serve_port_and_host_flags_override_the_config(tmp_path: Path) -> None:
-    config = write_config(tmp_path, port=1)  # a port we could not bind to
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        free_port = probe.getsockname()[1]
-    with serving("--config", str(config), "--port", str(free_port), "--host", "127.0.0.1") as (
-        _,
-        lines,
-    ):
+    config = write_config(tmp_path, port=1, host="192.0.2.1")  # neither could be bound
+    with serving("--config", str(config), "--port", "0", "--host", "127.0.0.1") as (_, lines):
         url = announced_url(lines)
-        assert url == f"http://127.0.0.1:{free_port}/delta-sharing/"
+        assert url.startswith("http://127.0.0.1:")
+        assert not url.startswith("http://127.0.0.1:1/")
         headers = {"Authorization": "Bearer cli-test-token"}
         assert httpx.get(url + "shares/s/schemas", headers=headers).status_code == 200
 
@@ -252,4 +247,25 @@ def test_serve_on_a_busy_port_fails_cleanly(tmp_path: Path) -> None:
         result = run_cli("serve", "--config", str(write_config(tmp_path)), "--port", str(port))
     assert result.returncode == 1
     assert "cannot listen on 127.0.0.1:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_serve_https_with_a_self_signed_certificate(tmp_path: Path) -> None:
+    config = write_config(tmp_path, ssl={"selfSigned": True})
+    with serving("--config", str(config)) as (_, lines):
+        url = announced_url(lines)
+        assert url.startswith("https://127.0.0.1:")
+        response = httpx.get(
+            url + "shares", headers={"Authorization": "Bearer cli-test-token"}, verify=False
+        )
+        assert response.status_code == 200
+        assert response.json() == {"items": [{"name": "s"}]}
+
+
+def test_serve_with_missing_certificate_fails_cleanly(tmp_path: Path) -> None:
+    ssl = {"certificateFile": str(tmp_path / "no.crt"), "certificateKeyFile": str(tmp_path / "k")}
+    result = run_cli("serve", "--config", str(write_config(tmp_path, ssl=ssl)))
+    assert result.returncode == 1
+    assert "cannot set up TLS" in result.stderr
     assert "Traceback" not in result.stderr

@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import sys
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import CORPUS  # noqa: E402
-from server_fixture import RunningServer, make_config, run_server  # noqa: E402
+from conftest import CORPUS
+from server_fixture import RunningServer, make_config, run_server
 
 delta_sharing = pytest.importorskip("delta_sharing")
 

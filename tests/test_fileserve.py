@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from conftest import CORPUS
+from server_fixture import RunningServer, make_config, run_server
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import CORPUS  # noqa: E402
-from server_fixture import RunningServer, make_config, run_server  # noqa: E402
-
-from sharing.catalog import Catalog  # noqa: E402
-from sharing.errors import Forbidden, ResourceNotFound  # noqa: E402
-from sharing.fileserve import FileServer, RangeNotSatisfiable, parse_range, resolve_inside  # noqa: E402
-from sharing.presign.local import LocalSigner, TableRef  # noqa: E402
+from sharing.catalog import Catalog
+from sharing.errors import Forbidden, ResourceNotFound
+from sharing.fileserve import FileServer, RangeNotSatisfiable, parse_range, resolve_inside
+from sharing.presign.local import LocalSigner, TableRef
 
 SECRET = "unit-test-secret"
 

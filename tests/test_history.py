@@ -13,6 +13,7 @@ from deltalog import history
 from deltalog.errors import CorruptLogError, TimestampOutOfRangeError, VersionNotFoundError
 from deltalog.history import (
     commit_timestamp,
+    commit_timestamps,
     format_instant,
     parse_timestamp,
     version_at_or_after,
@@ -157,7 +158,8 @@ def test_latest_caps_the_search(timed: DeltaTable) -> None:
 def test_file_times_are_monotonised(tmp_path: Path) -> None:
     """Each commit is at least 1 ms after the one before, as the reference makes them."""
     table = DeltaTable(str(_table(tmp_path, [5_000, 3_000, 3_000, 7_000, 7_000])))
-    assert [commit_timestamp(table, v) for v in range(5)] == [5_000, 5_001, 5_002, 7_000, 7_001]
+    assert commit_timestamps(table, 0, 4) == [5_000, 5_001, 5_002, 7_000, 7_001]
+    assert commit_timestamps(table, 2, 3) == [5_002, 7_000]
     assert version_at_or_before(table, 5_001) == 1
     assert version_at_or_after(table, 5_001) == 1
     assert version_at_or_after(table, 5_003) == 3
@@ -173,9 +175,11 @@ def test_new_commits_extend_the_cached_timeline(timed: DeltaTable, tmp_path: Pat
 
 
 def test_a_replaced_log_is_reread(timed: DeltaTable, tmp_path: Path) -> None:
+    """A search without `latest` lists the log, and sees the last commit rewritten."""
     assert commit_timestamp(timed, 3) == 40_000
     for version in range(4):
         set_mtime(tmp_path / "_delta_log" / f"{version:020d}.json", 100_000 + version)
+    assert version_at_or_before(timed, 100_001) == 1
     assert commit_timestamp(timed, 0) == 100_000
 
 
@@ -195,9 +199,15 @@ def test_timestamps_come_from_one_listing(timed: DeltaTable, monkeypatch) -> Non
 
     monkeypatch.setattr(storage, "list_from", counting_list)
     monkeypatch.setattr(storage, "info", counting_info)
-    timeline = history.timeline(timed)
-    assert [timeline.timestamp(v) for v in range(4)] == [10_000, 20_000, 30_000, 40_000]
+    assert [commit_timestamp(timed, v) for v in range(4)] == [10_000, 20_000, 30_000, 40_000]
     assert calls == {"info": 0, "list": 1}
+    # A caller that names the latest version it works with saves the listing.
+    assert version_at_or_before(timed, 25_000, latest=3) == 1
+    assert version_at_or_after(timed, 25_000, latest=3) == 2
+    assert calls == {"info": 0, "list": 1}
+    # Without it, the search must first look for new commits.
+    assert version_at_or_before(timed, 25_000) == 1
+    assert calls == {"info": 0, "list": 2}
 
 
 # --------------------------------------------------------------------------------------

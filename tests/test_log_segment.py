@@ -92,7 +92,7 @@ def test_classic_checkpoint_with_last_checkpoint_lists_from_hint() -> None:
     assert [v for v, _ in seg.commits] == [11, 12, 13]
     # One listing, started right before the hinted checkpoint's files.
     assert len(storage.lists) == 1
-    prefix, start_after = storage.lists[0]
+    _, start_after = storage.lists[0]
     assert start_after is not None and start_after.endswith(f"_delta_log/{10:020d}")
 
 

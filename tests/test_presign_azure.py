@@ -10,10 +10,12 @@ import urllib.request
 import pytest
 from azure.storage.blob import BlobClient, BlobSasPermissions, generate_blob_sas
 from cloud_fixtures import AZURITE_ACCOUNT, AZURITE_KEY, azurite  # noqa: F401  (fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deltalog.storage.azure import AzureStorage
 from sharing.errors import SharingError, UnsupportedOperation
-from sharing.presign.azure import SAS_VERSION, AzureSigner
+from sharing.presign.azure import SAS_VERSION, AzureSigner, DelegationKey
 from sharing.presign.base import Signer
 
 NOW = 1_795_364_124.5
@@ -55,13 +57,19 @@ def test_sdk_version_is_the_one_signed() -> None:
 )
 def test_identical_to_generate_blob_sas(endpoint: str) -> None:
     signer = AzureSigner(
-        AZURITE_ACCOUNT, AZURITE_KEY, table_root="lake/tables/t1", ttl_seconds=3600, blob_endpoint=endpoint
+        AZURITE_ACCOUNT,
+        AZURITE_KEY,
+        table_root="lake/tables/t1",
+        ttl_seconds=3600,
+        blob_endpoint=endpoint,
     )
     assert isinstance(signer, Signer)
     signed = signer.sign([f"lake/tables/t1/{name}" for name in NAMES], now=NOW)
     protocol = "https" if endpoint.startswith("https") else "https,http"
     expiry = int(NOW) + 3600
-    assert signed.urls == [sdk_url(endpoint, "lake", f"tables/t1/{n}", expiry, protocol) for n in NAMES]
+    assert signed.urls == [
+        sdk_url(endpoint, "lake", f"tables/t1/{n}", expiry, protocol) for n in NAMES
+    ]
     assert signed.expiration_ms == expiry * 1000
 
 
@@ -82,7 +90,9 @@ def test_needs_an_account_key() -> None:
 
 def _status(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers or {}), timeout=10
+        ) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as error:
         return error.code, b""
@@ -110,6 +120,95 @@ def test_azurite_checks_the_signatures(azurite: str) -> None:  # noqa: F811
     expired = signer.sign(["presign/t/plain.bin"], now=time.time() - 7200).urls[0]
     assert _status(expired)[0] == 403
     wrong_key = AzureSigner(
-        AZURITE_ACCOUNT, "d3Jvbmcta2V5", table_root="presign/t", ttl_seconds=3600, blob_endpoint=azurite
+        AZURITE_ACCOUNT,
+        "d3Jvbmcta2V5",
+        table_root="presign/t",
+        ttl_seconds=3600,
+        blob_endpoint=azurite,
     )
     assert _status(wrong_key.sign(["presign/t/plain.bin"]).urls[0])[0] == 403
+
+
+def test_cloud_signer_dispatch() -> None:
+    from sharing.presign.cloud import cloud_signer
+
+    storage = AzureStorage(AZURITE_ACCOUNT, {"account_key": AZURITE_KEY})
+    signer = cloud_signer(storage, table_root="lake/t", ttl_seconds=3600)
+    assert isinstance(signer, AzureSigner)
+    (url,) = signer.sign(["lake/t/x.parquet"]).urls
+    assert url.startswith(f"https://{AZURITE_ACCOUNT}.blob.core.windows.net/lake/t/x.parquet?se=")
+    assert "&spr=https&" in url
+
+
+@settings(max_examples=50, deadline=None)
+@given(name=st.text(min_size=1, max_size=40).filter(lambda n: "\x00" not in n))
+def test_identical_to_the_sdk_for_any_name(name: str) -> None:
+    endpoint = f"https://{AZURITE_ACCOUNT}.blob.core.windows.net"
+    signer = AzureSigner(AZURITE_ACCOUNT, AZURITE_KEY, table_root="lake/t", ttl_seconds=600)
+    expected = sdk_url(endpoint, "lake", f"t/{name}", int(NOW) + 600, "https")
+    assert signer.sign([f"lake/t/{name}"], now=NOW).urls == [expected]
+
+
+def _sdk_delegation_key():
+    from azure.storage.blob import UserDelegationKey
+
+    key = UserDelegationKey()
+    key.signed_oid = "6d7f2c3e-0000-4000-8000-0123456789ab"
+    key.signed_tid = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+    key.signed_start = "2026-11-22T00:00:00Z"
+    key.signed_expiry = "2026-11-29T00:00:00Z"
+    key.signed_service = "b"
+    key.signed_version = SAS_VERSION
+    key.value = "dXNlci1kZWxlZ2F0aW9uLWtleS12YWx1ZS0zMi1ieXRlcyE="
+    return key
+
+
+@pytest.mark.parametrize("ttl", [3600, 10 * 24 * 3600])
+def test_user_delegation_identical_to_generate_blob_sas(ttl: int) -> None:
+    sdk_key = _sdk_delegation_key()
+    delegation = DelegationKey.from_sdk(sdk_key)
+    signer = AzureSigner(AZURITE_ACCOUNT, delegation, table_root="lake/t", ttl_seconds=ttl)
+    signed = signer.sign([f"lake/t/{name}" for name in NAMES], now=NOW)
+    expiry = min(int(NOW) + ttl, delegation.expiry_epoch)  # never past the key's expiry
+    assert signed.expiration_ms == expiry * 1000
+    endpoint = f"https://{AZURITE_ACCOUNT}.blob.core.windows.net"
+    for url, name in zip(signed.urls, NAMES, strict=True):
+        token = generate_blob_sas(
+            AZURITE_ACCOUNT,
+            "lake",
+            f"t/{name}",
+            user_delegation_key=sdk_key,
+            permission=BlobSasPermissions(read=True),
+            expiry=dt.datetime.fromtimestamp(expiry, dt.UTC),
+            protocol="https",
+        )
+        assert url == f"{BlobClient(endpoint, 'lake', f't/{name}').url}?{token}"
+    assert sdk_key.value not in repr(delegation)
+
+
+def test_for_storage_uses_a_cached_delegation_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    class TokenCredential:
+        def get_token(self, *scopes, **kwargs):
+            raise AssertionError("no request expected")
+
+    monkeypatch.setattr(AzureStorage, "_identity_credential", lambda self: TokenCredential())
+    storage = AzureStorage(AZURITE_ACCOUNT, {"use_default_credential": True})
+    assert storage.uses_token_credential
+    requests = []
+
+    def get_user_delegation_key(start, expiry):
+        requests.append((start, expiry))
+        key = _sdk_delegation_key()
+        key.signed_expiry = expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return key
+
+    monkeypatch.setattr(storage.service, "get_user_delegation_key", get_user_delegation_key)
+    signer = AzureSigner.for_storage(storage, table_root="lake/t", ttl_seconds=3600)
+    (url,) = signer.sign(["lake/t/x.parquet"]).urls
+    assert "&skoid=6d7f2c3e-0000-4000-8000-0123456789ab&" in url
+    AzureSigner.for_storage(storage, table_root="lake/u", ttl_seconds=3600)
+    assert len(requests) == 1
+    start, expiry = requests[0]
+    assert (expiry - start).total_seconds() >= 24 * 3600
+    AzureSigner.for_storage(storage, table_root="lake/u", ttl_seconds=3 * 24 * 3600)
+    assert len(requests) == 2  # the cached key would not last: a longer one is asked for

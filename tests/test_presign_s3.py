@@ -43,7 +43,9 @@ def frozen_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
 @functools.lru_cache(maxsize=64)
 def botocore_client(region: str, token: str | None, endpoint_url: str | None, style: str):
     session = boto3.Session(
-        aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="wJalr/K7+MDENG=", aws_session_token=token
+        aws_access_key_id="AKIAEXAMPLE",
+        aws_secret_access_key="wJalr/K7+MDENG=",
+        aws_session_token=token,
     )
     config = Config(signature_version="s3v4", s3={"addressing_style": style})
     return session.client("s3", region_name=region, endpoint_url=endpoint_url, config=config)
@@ -93,7 +95,14 @@ def test_identical_to_botocore(frozen_botocore, bucket, region, endpoint, style,
     )
     signed = signer.sign([f"{bucket}/tables/t1/{key}" for key in KEYS], now=NOW)
     expected = [
-        botocore_url(bucket, f"tables/t1/{key}", region=region, token=token, endpoint_url=endpoint, style=style)
+        botocore_url(
+            bucket,
+            f"tables/t1/{key}",
+            region=region,
+            token=token,
+            endpoint_url=endpoint,
+            style=style,
+        )
         for key in KEYS
     ]
     assert signed.urls == expected
@@ -130,7 +139,9 @@ def test_signing_key_matches_aws_example() -> None:
 def test_expiry_capped_by_temporary_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     now = float(int(time.time()))
     monkeypatch.setattr(
-        botocore.auth, "get_current_datetime", lambda *a, **k: dt.datetime.fromtimestamp(now, dt.UTC)
+        botocore.auth,
+        "get_current_datetime",
+        lambda *a, **k: dt.datetime.fromtimestamp(now, dt.UTC),
     )
     credentials = RefreshableCredentials(
         "AKIAEXAMPLE",
@@ -146,14 +157,22 @@ def test_expiry_capped_by_temporary_credentials(monkeypatch: pytest.MonkeyPatch)
     signed = signer.sign(["b/t/x.parquet"], now=now)
     assert signed.expiration_ms == (int(now) + 1500) * 1000
     expected = botocore_url(
-        "b", "t/x.parquet", region="us-east-1", token="tok", endpoint_url=None, style="virtual", expires=1500
+        "b",
+        "t/x.parquet",
+        region="us-east-1",
+        token="tok",
+        endpoint_url=None,
+        style="virtual",
+        expires=1500,
     )
     assert signed.urls == [expected]
     assert signer.sign(["b/t/x.parquet"], now=now + 1000).expiration_ms == (int(now) + 1500) * 1000
 
 
 def test_ttl_limited_to_a_week() -> None:
-    signer = S3Signer(Credentials("a", "b"), region="us-east-1", table_root="b/t", ttl_seconds=10**7)
+    signer = S3Signer(
+        Credentials("a", "b"), region="us-east-1", table_root="b/t", ttl_seconds=10**7
+    )
     assert "X-Amz-Expires=604800&" in signer.sign(["b/t/x"], now=NOW).urls[0]
 
 
@@ -186,3 +205,25 @@ def test_urls_fetch_from_moto_with_ranges(moto_s3: str) -> None:  # noqa: F811
     request = urllib.request.Request(url, headers={"Range": "bytes=100-199"})
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 206 and response.read() == body[100:200]
+
+
+def test_cloud_signer_dispatch_and_bucket_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deltalog.storage.local import LocalStorage
+    from sharing.presign.cloud import cloud_signer
+
+    storage = S3Storage({"access_key_id": "AKIAEXAMPLE", "secret_access_key": "wJalr/K7+MDENG="})
+    lookups = []
+
+    def head_bucket(Bucket: str):
+        lookups.append(Bucket)
+        return {"ResponseMetadata": {"HTTPHeaders": {"x-amz-bucket-region": "ap-south-1"}}}
+
+    monkeypatch.setattr(storage.client, "head_bucket", head_bucket)
+    signer = cloud_signer(storage, table_root="bkt/t", ttl_seconds=3600)
+    assert isinstance(signer, S3Signer)
+    (url,) = signer.sign(["bkt/t/x.parquet"]).urls
+    assert url.startswith("https://bkt.s3.ap-south-1.amazonaws.com/t/x.parquet?")
+    assert "%2Fap-south-1%2Fs3%2F" in url
+    cloud_signer(storage, table_root="bkt/u", ttl_seconds=3600)
+    assert lookups == ["bkt"]  # the region is looked up once per bucket
+    assert cloud_signer(LocalStorage(), table_root="/tmp/t", ttl_seconds=60) is None

@@ -25,13 +25,15 @@ from deltalog.errors import (
 TABLES = manifest()
 
 # Tables that must not load, and why.
+GOLDEN = "delta-kernel-rs/golden_data"
+FROM_CKPT = f"{GOLDEN}/deltalog-state-reconstruction-from-checkpoint"
 EXPECTED_ERRORS: dict[str, type[DeltaError]] = {
     # minReaderVersion 99
-    "delta-kernel-rs/golden_data/deltalog-invalid-protocol-version/delta": UnsupportedFeatureError,
-    "delta-kernel-rs/golden_data/deltalog-state-reconstruction-without-metadata/delta": CorruptLogError,
-    "delta-kernel-rs/golden_data/deltalog-state-reconstruction-without-protocol/delta": CorruptLogError,
-    "delta-kernel-rs/golden_data/deltalog-state-reconstruction-from-checkpoint-missing-metadata/delta": CorruptLogError,
-    "delta-kernel-rs/golden_data/deltalog-state-reconstruction-from-checkpoint-missing-protocol/delta": CorruptLogError,
+    f"{GOLDEN}/deltalog-invalid-protocol-version/delta": UnsupportedFeatureError,
+    f"{GOLDEN}/deltalog-state-reconstruction-without-metadata/delta": CorruptLogError,
+    f"{GOLDEN}/deltalog-state-reconstruction-without-protocol/delta": CorruptLogError,
+    f"{FROM_CKPT}-missing-metadata/delta": CorruptLogError,
+    f"{FROM_CKPT}-missing-protocol/delta": CorruptLogError,
     "delta-kernel-rs/golden_data/versions-not-contiguous/delta": CorruptLogError,
     "delta-kernel-rs/golden_data/no-delta-log-folder/delta": TableNotFoundError,
     # only a 0.crc: no commit, no checkpoint
@@ -218,3 +220,42 @@ def test_partition_values_and_paths_are_raw() -> None:
     paths = snap.files.column("path").to_pylist()
     assert any("%" in p for p in paths)  # still percent-encoded
     assert all((root / unquote(p)).exists() for p in paths)
+
+
+@pytest.mark.parametrize(
+    ("reader", "features", "error"),
+    [
+        (1, None, None),
+        (2, None, None),
+        (1, [], None),
+        (3, ["deletionVectors", "columnMapping", "v2Checkpoint", "timestampNtz"], None),
+        (3, ["typeWidening-preview", "vacuumProtocolCheck", "variantType-preview"], None),
+        (3, ["appendOnly", "domainMetadata", "rowTracking", "inCommitTimestamp"], None),
+        (3, [], None),
+        (3, None, CorruptLogError),  # reader version 3 must list its features
+        (2, ["columnMapping"], CorruptLogError),  # features only exist at version 3
+        (3, ["blahabl"], UnsupportedFeatureError),
+        (3, ["geospatial"], UnsupportedFeatureError),
+        (3, ["catalogManaged"], UnsupportedFeatureError),
+        (3, ["catalogOwned-preview"], UnsupportedFeatureError),
+        (3, ["variantShredding-preview"], UnsupportedFeatureError),
+        (4, [], UnsupportedFeatureError),
+    ],
+)
+def test_reader_protocol_check(reader: int, features: list[str] | None, error) -> None:
+    from deltalog.actions import Protocol
+    from deltalog.features import check_reader_protocol, reader_features
+
+    action = {"minReaderVersion": reader, "minWriterVersion": 7}
+    if features is not None:
+        action["readerFeatures"] = features
+    protocol = Protocol.from_action(action)
+    if error is None:
+        check_reader_protocol(protocol)
+    else:
+        with pytest.raises(error) as info:
+            check_reader_protocol(protocol)
+        if error is UnsupportedFeatureError:
+            assert info.value.features
+    if reader == 2:
+        assert "columnMapping" in reader_features(protocol)

@@ -66,7 +66,9 @@ def test_missing_and_odd_names(storage: AzureStorage, tables) -> None:
 @pytest.mark.slow
 def test_connection_string_and_uri(azurite: str, tables) -> None:  # noqa: F811
     options = {"connection_string": azurite_connection_string(azurite)}
-    storage, root = open_uri(f"abfss://{CONTAINER}@{AZURITE_ACCOUNT}.dfs.core.windows.net/odd/", options)
+    storage, root = open_uri(
+        f"abfss://{CONTAINER}@{AZURITE_ACCOUNT}.dfs.core.windows.net/odd/", options
+    )
     assert root == f"{CONTAINER}/odd"
     assert storage.read(f"{root}/a b+c=d%e/ü.txt") == b"0123456789"
     again, _ = open_uri(f"wasbs://other@{AZURITE_ACCOUNT}.blob.core.windows.net/x", options)
@@ -98,7 +100,9 @@ def test_permanent_errors_become_storage_errors(monkeypatch) -> None:
     denied = HttpResponseError("denied")
     denied.status_code, denied.error_code = 403, "AuthorizationFailure"
     calls = []
-    monkeypatch.setattr(client, "download_blob", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(denied))
+    monkeypatch.setattr(
+        client, "download_blob", lambda *a, **k: calls.append(1) or (_ for _ in ()).throw(denied)
+    )
     with pytest.raises(StorageError, match="AuthorizationFailure") as info:
         storage.read(f"{CONTAINER}/secret/dir/file.json")
     assert "secret/dir" not in str(info.value) and len(calls) == 1
@@ -107,11 +111,19 @@ def test_permanent_errors_become_storage_errors(monkeypatch) -> None:
 
 def test_uri_and_options_parsing() -> None:
     location = parse_uri("abfss://cont@acct.dfs.core.windows.net/path/to/table/")
-    assert (location.account, location.container, location.root_key) == ("acct", "cont", "cont/path/to/table")
+    assert (location.account, location.container, location.root_key) == (
+        "acct",
+        "cont",
+        "cont/path/to/table",
+    )
     assert location.blob_endpoint == "https://acct.blob.core.windows.net"
     china = parse_uri("wasb://c@a.blob.core.chinacloudapi.cn/t")
     assert china.blob_endpoint == "https://a.blob.core.chinacloudapi.cn"
-    for bad in ("abfss://acct.dfs.core.windows.net/t", "s3://b/t", "wasbs://c@acct.file.core.windows.net/t"):
+    for bad in (
+        "abfss://acct.dfs.core.windows.net/t",
+        "s3://b/t",
+        "wasbs://c@acct.file.core.windows.net/t",
+    ):
         with pytest.raises(DeltaError):
             parse_uri(bad)
     assert split_key("cont@acct.dfs.core.windows.net/a/b") == ("cont", "a/b")
@@ -130,3 +142,28 @@ def test_without_credentials_names_the_options() -> None:
         AzureStorage("acct", {})
     with pytest.raises(DeltaError, match="azure-identity"):
         AzureStorage("acct", {"use_default_credential": True})
+
+
+@pytest.mark.slow
+def test_listing_without_start_from_support(azurite: str, tables, monkeypatch) -> None:  # noqa: F811
+    storage = AzureStorage(AZURITE_ACCOUNT, {"endpoint": azurite, "account_key": AZURITE_KEY})
+    client = storage.container(CONTAINER)
+    original = client.walk_blobs
+    seen = []
+
+    def old_service(**kwargs):
+        seen.append("start_from" in kwargs)
+        if "start_from" in kwargs:
+            error = HttpResponseError("unsupported query parameter")
+            error.status_code = 400
+            raise error
+        return original(**kwargs)
+
+    monkeypatch.setattr(client, "walk_blobs", old_service)
+    root, _ = tables["simple"]
+    log = f"{root}/_delta_log/"
+    after = f"{log}00000000000000000007.json"
+    names = [i.key.rsplit("/", 1)[1] for i in storage.list_from(log, after)]
+    assert names[0] == "00000000000000000008.json" and all(f"{log}{n}" > after for n in names)
+    list(storage.list_from(log, after))
+    assert seen == [True, False, False]

@@ -12,9 +12,10 @@ from starlette.responses import Response, StreamingResponse
 from sharing import capabilities, query
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
-from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash, writer_for
-from sharing.presign import TableRef, signer_for
-from sharing.query import QueryPlan
+from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
+from sharing.paging import QueryTokens
+from sharing.presign import TableRef
+from sharing.snapshot_query import QueryInputs, QueryPlan, plan_query
 from sharing.tables import TableService
 
 __all__ = ["router", "table_service"]
@@ -94,24 +95,15 @@ async def get_metadata(
     id_hash = parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
     query.validate_metadata_params(version, timestamp)
     shared = _lookup(request, share, schema, table)
-    service = table_service(request)
-    resolved = await run_in_threadpool(
-        service.resolve, shared, version=version, timestamp=timestamp
-    )
-    snapshot = resolved.snapshot
-    chosen = capabilities.choose_format(caps, snapshot.protocol, snapshot.metadata)
-    head = await run_in_threadpool(
-        lambda: writer_for(chosen).head_lines(
-            query.table_head(snapshot, shared.config.history_shared)
+    planned = await run_in_threadpool(
+        lambda: plan_metadata(
+            shared, caps, version=version, timestamp=timestamp, tables=table_service(request)
         )
     )
-    headers = {
-        VERSION_HEADER: str(snapshot.version),
-        capabilities.HEADER: capabilities.response_header(chosen),
-    }
+    headers = _headers(planned.version, capabilities.response_header(planned.response_format))
     if id_hash is not None:
         headers[FILE_ID_HASH_HEADER] = id_hash
-    return Response(content=head, media_type=NDJSON, headers=headers)
+    return Response(content=planned.head, media_type=NDJSON, headers=headers)
 
 
 @router.post(_TABLE + "/query")
@@ -120,44 +112,45 @@ async def query_table(request: Request, share: str, schema: str, table: str) -> 
     id_hash = parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
     body = query.parse_body(await request.body())
     query.validate(body, caps)
-    shared = _lookup(request, share, schema, table)
-    plan = await run_in_threadpool(_plan, request, shared, body, caps, id_hash)
-    headers = {
-        VERSION_HEADER: str(plan.version),
-        capabilities.HEADER: plan.capabilities_header(),
-    }
+    inputs = QueryInputs(_lookup(request, share, schema, table), body, caps, id_hash)
+    plan = await run_in_threadpool(_plan, request, inputs)
+    headers = _headers(plan.version, plan.capabilities_header())
     if id_hash is not None:
         headers[FILE_ID_HASH_HEADER] = id_hash
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
 
 
-def _plan(
-    request: Request,
-    shared: SharedTable,
-    body: query.QueryRequest,
-    caps: capabilities.Capabilities,
-    id_hash: str | None,
-) -> QueryPlan:
+def _headers(version: int, response_capabilities: str) -> dict[str, str]:
+    return {VERSION_HEADER: str(version), capabilities.HEADER: response_capabilities}
+
+
+def _plan(request: Request, inputs: QueryInputs) -> QueryPlan:
     config: ServerConfig = request.app.state.config
-    resolved = table_service(request).resolve(
-        shared, version=body.version, timestamp=body.timestamp
-    )
-    snapshot = resolved.snapshot
-    signer = signer_for(
-        storage=snapshot.storage,
-        table_root=snapshot.table_root,
+    shared = inputs.shared
+    signers = signer_factory(
         table=TableRef(shared.share, shared.schema, shared.name),
         secret=config.signing_secret,
         base_url=config.public_url or str(request.base_url),
         endpoint=config.endpoint,
         ttl_seconds=config.pre_signed_url_timeout_seconds,
     )
-    return query.plan_snapshot(
-        snapshot=snapshot,
-        time_travel=resolved.time_travel,
-        history_shared=shared.config.history_shared,
-        request=body,
-        caps=caps,
-        file_id_hash=id_hash,
-        signer=signer,
+    return plan_query(
+        inputs,
+        tables=table_service(request),
+        tokens=_query_tokens(request),
+        page_size_limit=config.query_table_page_size_limit,
+        signer_for=signers,
     )
+
+
+def _query_tokens(request: Request) -> QueryTokens:
+    state = request.app.state
+    tokens = getattr(state, "query_tokens", None)
+    if tokens is None:
+        config: ServerConfig = state.config
+        tokens = state.query_tokens = QueryTokens(
+            state.tokens,
+            page_ttl_ms=config.query_table_page_token_ttl_ms,
+            refresh_ttl_ms=config.refresh_token_ttl_ms,
+        )
+    return tokens

@@ -15,7 +15,9 @@ against services or emulators that ignore the parameter, only slower.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -41,6 +43,8 @@ from deltalog.storage.retry import RetryPolicy, with_retries
 
 SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_DELEGATION_LIFETIME = 24 * 3600
+_DELEGATION_MAX = 7 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +157,16 @@ def _ms(value: Any) -> int:
 class AzureStorage:
     """The Storage protocol over one storage account's blob service."""
 
-    def __init__(self, account: str, options: AzureOptions | Mapping[str, Any] | None = None,
-                 *, endpoint_suffix: str = "core.windows.net"):
-        self.options = options if isinstance(options, AzureOptions) else AzureOptions.from_mapping(options)
+    def __init__(
+        self,
+        account: str,
+        options: AzureOptions | Mapping[str, Any] | None = None,
+        *,
+        endpoint_suffix: str = "core.windows.net",
+    ):
+        self.options = (
+            options if isinstance(options, AzureOptions) else AzureOptions.from_mapping(options)
+        )
         self.account = account
         self.account_key: str | None = self.options.account_key
         endpoint = self.options.endpoint or f"https://{account}.blob.{endpoint_suffix}"
@@ -173,6 +184,7 @@ class AzureStorage:
             credential = AzureSasCredential(self.options.sas_token.lstrip("?"))
         elif credential is None:
             credential = self._identity_credential()
+        self.uses_token_credential = hasattr(credential, "get_token")
         self.endpoint = endpoint.rstrip("/")
         self.service = BlobServiceClient(
             self.endpoint,
@@ -184,6 +196,9 @@ class AzureStorage:
         self._containers: dict[str, ContainerClient] = {}
         self._lock = threading.Lock()
         self._retry = RetryPolicy(attempts=3)
+        self._start_from = True  # whether the service honours List Blobs' `startFrom`
+        self._delegation_key: Any = None
+        self._delegation_expiry = 0.0
 
     def _identity_credential(self) -> Any:
         """An Entra ID credential from azure-identity, when configured or asked for."""
@@ -192,7 +207,9 @@ class AzureStorage:
             import azure.identity as identity
         except ImportError as exc:
             if wanted:
-                raise DeltaError("Entra ID credentials for Azure need azure-identity installed") from exc
+                raise DeltaError(
+                    "Entra ID credentials for Azure need azure-identity installed"
+                ) from exc
             raise DeltaError(
                 "no Azure credentials: set account_key, sas_token or connection_string "
                 "(or install azure-identity for Entra ID credentials)"
@@ -202,6 +219,29 @@ class AzureStorage:
                 self.options.tenant_id, self.options.client_id, self.options.client_secret
             )
         return identity.DefaultAzureCredential()
+
+    def user_delegation_key(self, valid_for_seconds: int) -> Any:
+        """A user delegation key (Entra ID credentials only) valid for at least
+        `valid_for_seconds` more: cached, renewed for a day (or the need, up to the
+        service's 7-day limit) when it would not last."""
+        now = time.time()
+        with self._lock:
+            if (
+                self._delegation_key is not None
+                and self._delegation_expiry >= now + valid_for_seconds
+            ):
+                return self._delegation_key
+        lifetime = min(max(valid_for_seconds + 3600, _DELEGATION_LIFETIME), _DELEGATION_MAX)
+        start = dt.datetime.fromtimestamp(now - 300, dt.UTC)  # tolerate clock skew
+        expiry = dt.datetime.fromtimestamp(now + lifetime, dt.UTC)
+        try:
+            key = self.service.get_user_delegation_key(start, expiry)
+        except AzureError as exc:
+            reason = getattr(exc, "error_code", None) or type(exc).__name__
+            raise StorageError(f"Azure user delegation key request failed: {reason}") from exc
+        with self._lock:
+            self._delegation_key, self._delegation_expiry = key, now + lifetime
+        return key
 
     def container(self, name: str) -> ContainerClient:
         with self._lock:
@@ -222,11 +262,19 @@ class AzureStorage:
             if after_container == container:
                 after = after_name
         kwargs: dict[str, Any] = {"name_starts_with": name_prefix or None, "delimiter": "/"}
-        if after is not None and after >= name_prefix:
+        use_start_from = self._start_from and after is not None and after >= name_prefix
+        if use_start_from:
             kwargs["start_from"] = after
-        items = iter(self.container(container).walk_blobs(**kwargs))
+        client = self.container(container)
         try:
+            items = iter(client.walk_blobs(**kwargs))
             first = next(items, None)
+        except HttpResponseError as exc:
+            if not (use_start_from and exc.status_code == 400):
+                raise _failure("listing", prefix, exc) from exc
+            # a service version without `startFrom`: list the whole prefix from now on
+            self._start_from = False
+            return self.list_from(prefix, start_after)
         except AzureError as exc:
             raise _failure("listing", prefix, exc) from exc
         return self._entries(first, items, container, after, prefix)
@@ -252,7 +300,9 @@ class AzureStorage:
             return b""
         return self._download(key, offset, length, None)
 
-    def _download(self, key: str, offset: int | None, length: int | None, etag: str | None) -> bytes:
+    def _download(
+        self, key: str, offset: int | None, length: int | None, etag: str | None
+    ) -> bytes:
         container, name = split_key(key)
         client = self.container(container)
         kwargs: dict[str, Any] = {"offset": offset, "length": length, "max_concurrency": 1}
@@ -309,10 +359,16 @@ def open_uri(uri: str, options: Mapping[str, Any] | None = None) -> tuple[AzureS
     """The (shared, cached per account and options) backend for a table URI and its root key."""
     location = parse_uri(uri)
     parsed = AzureOptions.from_mapping(options)
-    cache_key = (location.account, location.endpoint_suffix, *(getattr(parsed, f.name) for f in fields(parsed)))
+    cache_key = (
+        location.account,
+        location.endpoint_suffix,
+        *(getattr(parsed, f.name) for f in fields(parsed)),
+    )
     with _CACHE_LOCK:
         storage = _CACHE.get(cache_key)
         if storage is None:
-            storage = AzureStorage(location.account, parsed, endpoint_suffix=location.endpoint_suffix)
+            storage = AzureStorage(
+                location.account, parsed, endpoint_suffix=location.endpoint_suffix
+            )
             _CACHE[cache_key] = storage
     return storage, location.root_key

@@ -39,7 +39,8 @@ class LocalStorage:
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise FileNotFoundError(directory) from exc
         except OSError as exc:
-            raise StorageError(f"cannot list {directory}: {exc.strerror}") from exc
+            name = posixpath.basename(directory.rstrip("/"))
+            raise StorageError(f"cannot list {name}: {exc.strerror}") from exc
         base = directory.rstrip("/") + "/"
         keyed = sorted(((base + e.name, e) for e in entries), key=lambda pair: pair[0])
         return self._infos(keyed, start_after)

@@ -84,7 +84,9 @@ class S3Options:
 
     def __repr__(self) -> str:  # never show secrets
         shown = {"region", "endpoint_url", "path_style", "profile", "role_arn"}
-        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name in shown)
+        inner = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name in shown
+        )
         return f"S3Options({inner})"
 
 
@@ -128,13 +130,18 @@ def _make_session(options: S3Options) -> boto3.Session:
     if options.external_id:
         extra["ExternalId"] = options.external_id
     fetcher = AssumeRoleCredentialFetcher(
-        client_creator=base.client, source_credentials=source, role_arn=options.role_arn, extra_args=extra
+        client_creator=base.client,
+        source_credentials=source,
+        role_arn=options.role_arn,
+        extra_args=extra,
     )
     assumed = DeferredRefreshableCredentials(
         refresh_using=fetcher.fetch_credentials, method="assume-role"
     )
     core = botocore.session.Session(profile=options.profile)
-    core.get_component("credential_provider").insert_before("env", _FixedCredentialProvider(assumed))
+    core.get_component("credential_provider").insert_before(
+        "env", _FixedCredentialProvider(assumed)
+    )
     return boto3.Session(botocore_session=core, region_name=options.region or base.region_name)
 
 
@@ -184,7 +191,9 @@ class S3Storage:
     """The Storage protocol over S3, with one boto3 client shared by all threads."""
 
     def __init__(self, options: S3Options | Mapping[str, Any] | None = None):
-        self.options = options if isinstance(options, S3Options) else S3Options.from_mapping(options)
+        self.options = (
+            options if isinstance(options, S3Options) else S3Options.from_mapping(options)
+        )
         self.session = _make_session(self.options)
         config = Config(
             retries={"mode": "standard", "max_attempts": self.options.max_attempts},
@@ -250,7 +259,9 @@ class S3Storage:
 
     def _list_page(self, request: dict[str, Any], prefix: str) -> dict[str, Any]:
         try:
-            return with_retries(lambda: self.client.list_objects_v2(**request), _is_transient, self._retry)
+            return with_retries(
+                lambda: self.client.list_objects_v2(**request), _is_transient, self._retry
+            )
         except (ClientError, BotoCoreError) as exc:
             raise _failure("listing", prefix, exc) from exc
 
@@ -300,7 +311,11 @@ class S3Storage:
         etag = head.get("ETag")
 
         def fetch(offset: int, length: int) -> bytes:
-            request = {"Bucket": bucket, "Key": name, "Range": f"bytes={offset}-{offset + length - 1}"}
+            request = {
+                "Bucket": bucket,
+                "Key": name,
+                "Range": f"bytes={offset}-{offset + length - 1}",
+            }
             if etag:
                 request["IfMatch"] = etag  # every range from the same object version
             return self._get(key, request)

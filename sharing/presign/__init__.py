@@ -8,7 +8,7 @@ from sharing.errors import UnsupportedOperation
 from sharing.presign.base import SignedUrls, Signer
 from sharing.presign.local import LocalSigner, TableRef
 
-__all__ = ["LocalSigner", "SignedUrls", "Signer", "TableRef", "signer_for"]
+__all__ = ["LocalSigner", "SignedUrls", "Signer", "TableRef", "signer_factory", "signer_for"]
 
 
 def signer_for(
@@ -34,3 +34,23 @@ def signer_for(
     raise UnsupportedOperation(
         f"Sharing tables stored in {type(storage).__name__} is not supported yet."
     )
+
+
+def signer_factory(
+    *, table: TableRef, secret: str | bytes, base_url: str, endpoint: str, ttl_seconds: int
+) -> Callable[[Snapshot], Signer]:
+    """A function giving the signer for a snapshot of `table` (its storage is only known
+    once the snapshot is loaded)."""
+
+    def for_snapshot(snapshot: Snapshot) -> Signer:
+        return signer_for(
+            storage=snapshot.storage,
+            table_root=snapshot.table_root,
+            table=table,
+            secret=secret,
+            base_url=base_url,
+            endpoint=endpoint,
+            ttl_seconds=ttl_seconds,
+        )
+
+    return for_snapshot

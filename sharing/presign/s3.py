@@ -27,10 +27,10 @@ from deltalog.storage.s3 import S3Storage, split_key
 from sharing.errors import SharingError, UnsupportedOperation
 from sharing.presign.base import SignedUrls
 from sharing.presign.prepared_hmac import PreparedHmac
+from sharing.presign.url_paths import PathEncoder
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_EXPIRES = 7 * 24 * 3600  # SigV4 query auth refuses anything longer
-_UNRESERVED_PATH = re.compile(r"[A-Za-z0-9._~/-]*\Z")
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\Z")
 
 
@@ -50,11 +50,6 @@ def _prepared(key: bytes) -> PreparedHmac:
 
 def _encode_query_value(value: str) -> str:
     return quote(value, safe="-_.~")
-
-
-def encode_key(key: str) -> str:
-    """An object key as botocore puts it in the URL path (and the canonical URI)."""
-    return key if _UNRESERVED_PATH.match(key) else quote(key, safe="/~")
 
 
 def default_host(region: str) -> str:
@@ -111,6 +106,7 @@ class S3Signer:
         bucket, _ = split_key(self._root_prefix)
         self._bucket_prefix = f"{bucket}/"
         self._endpoint = BucketEndpoint.for_bucket(bucket, region, endpoint_url, path_style)
+        self._encode_path = PathEncoder()  # the key in the URL path and the canonical URI
 
     @classmethod
     def for_storage(cls, storage: S3Storage, *, table_root: str, ttl_seconds: int) -> S3Signer:
@@ -168,7 +164,7 @@ class S3Signer:
 
         root, cut = self._root_prefix, len(self._bucket_prefix)
         sha256 = hashlib.sha256
-        safe = _UNRESERVED_PATH.match
+        encode = self._encode_path
         urls: list[str] = []
         append = urls.append
         for key in keys:
@@ -177,7 +173,7 @@ class S3Signer:
                     "Table contains absolute paths and cannot be shared through delta sharing"
                 )
             name = key[cut:]
-            path = name if safe(name) else quote(name, safe="/~")
+            path = encode(name)
             digest = sha256(f"{request_head}{path}{request_tail}".encode()).hexdigest()
             signature = mac(f"{to_sign_head}{digest}".encode())
             append(f"{base}{path}{url_query}{signature}")

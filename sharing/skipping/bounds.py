@@ -38,7 +38,8 @@ from sharing.skipping.columns import (
 from sharing.skipping.expr import parse_date, parse_timestamp_micros
 from sharing.skipping.stats import ColumnStats
 
-# Spark's default string stats prefix length, in UTF-16 code units.
+# Spark's default string stats prefix length, in UTF-16 code units. A prefix cut before a
+# surrogate pair that does not fit is one unit shorter, hence the "- 1" where it is used.
 STRING_PREFIX_UNITS = 32
 TIMESTAMP_MAX_WIDENING_US = 999
 
@@ -113,10 +114,7 @@ def stats_bounds(
     stats: ColumnStats, num_records: pa.Array, column: ResolvedColumn, domain: str
 ) -> Bounds:
     """Bounds of a data column from its parsed statistics."""
-    nc, nr = stats.null_count, num_records
-    no_rows = pc.fill_null(pc.equal(nr, 0), False)
-    all_null = pc.or_(pc.fill_null(pc.equal(nc, nr), False), no_rows)
-    no_null = pc.or_(pc.fill_null(pc.equal(nc, 0), False), no_rows)
+    has_null, has_value = null_masks(stats, num_records)
     lo, hi = stats.min, stats.max
     hi_eq: pa.Array | None
     hi_prefix = None
@@ -151,9 +149,19 @@ def stats_bounds(
         hi_eq=hi_eq,
         hi_prefix=hi_prefix,
         exact=exact,
-        has_value=pc.invert(all_null),
-        has_null=pc.invert(no_null),
+        has_value=has_value,
+        has_null=has_null,
     )
+
+
+def null_masks(stats: ColumnStats, num_records: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(may hold a null, may hold a non-null value) from nullCount and numRecords: the
+    spec gives nullCount meaning only when it is 0 or equals numRecords."""
+    nc, nr = stats.null_count, num_records
+    no_rows = pc.fill_null(pc.equal(nr, 0), False)
+    all_null = pc.or_(pc.fill_null(pc.equal(nc, nr), False), no_rows)
+    no_null = pc.or_(pc.fill_null(pc.equal(nc, 0), False), no_rows)
+    return pc.invert(no_null), pc.invert(all_null)
 
 
 def _via_float32(values: pa.Array) -> pa.Array:
@@ -168,7 +176,7 @@ def _string_max(maxes: pa.Array) -> tuple[pa.Array, pa.Array | None]:
     if not pc.all(pc.fill_null(pc.string_is_ascii(maxes), True)).as_py():
         supplementary = pc.count_substring_regex(maxes, r"[\x{10000}-\x{10FFFF}]")
         units = pc.add(units, supplementary)
-    maybe_truncated = pc.fill_null(pc.greater_equal(units, STRING_PREFIX_UNITS), False)
+    maybe_truncated = pc.fill_null(pc.greater_equal(units, STRING_PREFIX_UNITS - 1), False)
     if not pc.any(maybe_truncated).as_py():
         return maxes, None
     prefix = pc.if_else(
@@ -223,5 +231,7 @@ def _micros_or_none(text: str, *, ntz: bool) -> object:
 def _per_distinct(values: pa.Array, arrow_type: pa.DataType, parse) -> pa.Array:
     """The slow path for odd values: parse each distinct string once in Python."""
     encoded = pc.dictionary_encode(values)
-    parsed = pa.array([None if v is None else parse(v) for v in encoded.dictionary.to_pylist()], arrow_type)
+    parsed = pa.array(
+        [None if v is None else parse(v) for v in encoded.dictionary.to_pylist()], arrow_type
+    )
     return parsed.take(encoded.indices)

@@ -10,7 +10,6 @@ because rounding to float64 is monotonic.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from dataclasses import dataclass
 
@@ -197,6 +196,8 @@ def _coerce(literal: Literal, kind: str) -> tuple[str, object] | None:
             if number.is_integer() and INT64_MIN <= number <= INT64_MAX:
                 return D_INT, int(number)
             return D_LOSSY, number
+        if not INT64_MIN <= number <= INT64_MAX:
+            return D_LOSSY, float(number)
         return D_INT, number
     if kind == K_STRING:
         return (D_STRING, value) if lk == STRING else None
@@ -245,6 +246,3 @@ def literal_constant(literal: Literal) -> tuple[str, object] | None:
     if literal.kind == BOOL:
         return D_BOOL, literal.value
     return None
-
-
-EPOCH_DATE = dt.date(1970, 1, 1)

@@ -24,7 +24,14 @@ import pyarrow.compute as pc
 
 from deltalog.actions import Metadata
 from deltalog.errors import DeltaError
-from sharing.skipping.bounds import Bounds, Mask, partition_bounds, stats_bounds, stats_json_type
+from sharing.skipping.bounds import (
+    Bounds,
+    Mask,
+    null_masks,
+    partition_bounds,
+    stats_bounds,
+    stats_json_type,
+)
 from sharing.skipping.columns import (
     D_BOOL,
     D_DATE,
@@ -133,6 +140,7 @@ def file_mask(
         return True
     try:
         evaluator = _Evaluator(files, resolver, stats_cache or DEFAULT_CACHE)
+        evaluator.prepare(predicate)
         may_true, _ = evaluator.evaluate(predicate)
     except Exception:  # a bug here must cost filtering, not the request
         log.exception("predicate hints ignored: evaluation failed")
@@ -205,10 +213,7 @@ class _Evaluator:
         column = self.resolve(child)
         if column is None:
             return UNKNOWN
-        bounds = self.bounds(column, None)
-        if bounds is None:
-            return UNKNOWN
-        return bounds.has_null, bounds.has_value
+        return self.nulls(column)
 
     def compare(self, node: Compare) -> Masks:
         op, left, right = node.op, node.left, node.right
@@ -242,26 +247,38 @@ class _Evaluator:
                 log.info("predicate ignored: %s", found)
         return None if isinstance(found, str) else found
 
-    def bounds(self, column: ResolvedColumn, domain: str | None) -> Bounds | None:
-        """The column's bounds in `domain` (None: any domain, for null checks)."""
+    def bounds(self, column: ResolvedColumn, domain: str) -> Bounds | None:
+        """The column's bounds in the comparison `domain`, None when unreadable."""
         key = (column, domain)
         if key not in self._bounds:
             try:
                 self._bounds[key] = self._load_bounds(column, domain)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, DeltaError, ValueError) as exc:
-                log.info("predicate on %r ignored: its values cannot be read (%s)", column.name, exc)
+                log.info(
+                    "predicate on %r ignored: its values cannot be read (%s)", column.name, exc
+                )
                 self._bounds[key] = None
         return self._bounds[key]
 
-    def _load_bounds(self, column: ResolvedColumn, domain: str | None) -> Bounds:
+    def nulls(self, column: ResolvedColumn) -> Masks:
+        """(may hold a null, may hold a non-null value) per file."""
         if column.partition:
-            raw = pc.map_lookup(
-                self.partition_values(), pa.scalar(column.physical_path[0]), "first"
-            )
-            return partition_bounds(raw, column, domain or "")
+            raw = self.partition_raw(column)
+            is_null = pc.fill_null(pc.equal(raw, ""), True)
+            return is_null, pc.invert(is_null)
         stats = self.stats()
         request = (column.physical_path, stats_json_type(column))
-        return stats_bounds(stats.columns[request], stats.num_records, column, domain or "")
+        return null_masks(stats.columns[request], stats.num_records)
+
+    def partition_raw(self, column: ResolvedColumn) -> pa.Array:
+        return pc.map_lookup(self.partition_values(), pa.scalar(column.physical_path[0]), "first")
+
+    def _load_bounds(self, column: ResolvedColumn, domain: str) -> Bounds:
+        if column.partition:
+            return partition_bounds(self.partition_raw(column), column, domain)
+        stats = self.stats()
+        request = (column.physical_path, stats_json_type(column))
+        return stats_bounds(stats.columns[request], stats.num_records, column, domain)
 
     def partition_values(self) -> pa.Array:
         if self._partition_values is None:

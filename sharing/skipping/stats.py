@@ -218,7 +218,9 @@ def _extract(table: pa.Table, requests: Sequence[StatsRequest]) -> FileStats:
 
     columns = {
         request: ColumnStats(
-            leaf("minValues", request[0]), leaf("maxValues", request[0]), leaf("nullCount", request[0])
+            leaf("minValues", request[0]),
+            leaf("maxValues", request[0]),
+            leaf("nullCount", request[0]),
         )
         for request in requests
     }
@@ -331,7 +333,9 @@ def _sliced(entry: _Entry, wanted: list[StatsRequest], start: int, n: int) -> Fi
     for request in wanted:
         cached = entry.columns[request]
         columns[request] = ColumnStats(
-            cached.min.slice(start, n), cached.max.slice(start, n), cached.null_count.slice(start, n)
+            cached.min.slice(start, n),
+            cached.max.slice(start, n),
+            cached.null_count.slice(start, n),
         )
     return FileStats(entry.num_records.slice(start, n), columns)
 

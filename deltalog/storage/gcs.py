@@ -1,0 +1,265 @@
+"""Google Cloud Storage as a Storage backend (`gs://bucket/path`).
+
+Keys are `bucket/object-name`. Credentials come from the table's options (a service
+account key file or its JSON) or else Application Default Credentials; `endpoint` points
+the client at an emulator. Listing uses `startOffset` (inclusive, so the first name is
+filtered on the client) and `delimiter='/'`; reads are (ranged) media downloads, and
+parquet files are read through a generation-pinned ranged file.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import requests
+from google.api_core import exceptions as api_exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.auth.exceptions import TransportError
+from google.cloud import storage as gcs
+from google.cloud.storage.retry import DEFAULT_RETRY
+from google.oauth2 import service_account
+
+from deltalog.errors import DeltaError, StorageError
+from deltalog.storage.base import FileInfo
+from deltalog.storage.ranged import DEFAULT_READ_AHEAD, open_ranged
+from deltalog.storage.retry import RetryPolicy, with_retries
+
+SCHEMES = frozenset({"gs", "gcs"})
+READ_ONLY_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
+_TRANSIENT = (
+    api_exceptions.TooManyRequests,
+    api_exceptions.InternalServerError,
+    api_exceptions.BadGateway,
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.GatewayTimeout,
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    TransportError,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GcsOptions:
+    """Per-table GCS settings. The HMAC key is only used to sign URLs."""
+
+    project: str | None = None
+    endpoint: str | None = None
+    service_account_file: str | None = None
+    service_account_info: str | None = None  # the key file's JSON text
+    anonymous: bool = False
+    hmac_access_id: str | None = None
+    hmac_secret: str | None = None
+    max_attempts: int = 5
+    read_ahead: int = DEFAULT_READ_AHEAD
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None) -> GcsOptions:
+        """Options from a config mapping; an unknown key is an error naming the key."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - {f.name for f in fields(cls)})
+        if unknown:
+            raise DeltaError(f"unknown GCS option(s): {', '.join(unknown)}")
+        if isinstance(options.get("service_account_info"), Mapping):
+            options["service_account_info"] = json.dumps(dict(options["service_account_info"]))
+        if "anonymous" in options:
+            value = options["anonymous"]
+            options["anonymous"] = value is True or str(value).lower() == "true"
+        for name in ("max_attempts", "read_ahead"):
+            if name in options:
+                options[name] = int(options[name])
+        if bool(options.get("hmac_access_id")) != bool(options.get("hmac_secret")):
+            raise DeltaError("GCS options need both hmac_access_id and hmac_secret")
+        return cls(**options)
+
+    def service_account(self) -> dict[str, Any] | None:
+        """The service account key (parsed JSON) named by the options, if any."""
+        if self.service_account_info:
+            return json.loads(self.service_account_info)
+        if self.service_account_file:
+            with open(self.service_account_file, encoding="utf-8") as f:
+                return json.load(f)
+        return None
+
+    def __repr__(self) -> str:  # never show secrets
+        return f"GcsOptions(project={self.project!r}, endpoint={self.endpoint!r})"
+
+
+def parse_uri(uri: str) -> str:
+    """The root key (`bucket/path`, no trailing slash) of a `gs://` URI."""
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in SCHEMES or not parts.netloc:
+        raise DeltaError(f"not a GCS location: {uri}")
+    path = parts.path.strip("/")
+    return f"{parts.netloc}/{path}" if path else parts.netloc
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """`bucket/name` -> (bucket, name)."""
+    bucket, _, name = key.partition("/")
+    if not bucket:
+        raise StorageError("a GCS storage key must start with the bucket name")
+    return bucket, name
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, _TRANSIENT)
+
+
+def _failure(op: str, key: str, exc: Exception) -> Exception:
+    if isinstance(exc, api_exceptions.NotFound):
+        return FileNotFoundError(key)
+    reason = getattr(exc, "code", None) or type(exc).__name__
+    name = key.rsplit("/", 1)[-1] or key
+    return StorageError(f"GCS {op} of {name} failed: {reason}")
+
+
+def _ms(value: Any) -> int:
+    return int(value.timestamp() * 1000)
+
+
+class GcsStorage:
+    """The Storage protocol over GCS with one shared google-cloud-storage client."""
+
+    def __init__(self, options: GcsOptions | Mapping[str, Any] | None = None):
+        self.options = (
+            options if isinstance(options, GcsOptions) else GcsOptions.from_mapping(options)
+        )
+        info = self.options.service_account()
+        client_options = {"api_endpoint": self.options.endpoint} if self.options.endpoint else None
+        if info is not None:
+            credentials: Any = service_account.Credentials.from_service_account_info(
+                info, scopes=[READ_ONLY_SCOPE]
+            )
+            project = self.options.project or info.get("project_id")
+        elif self.options.anonymous or self.options.endpoint:
+            credentials, project = AnonymousCredentials(), self.options.project or "lakeshare"
+        else:
+            credentials, project = None, self.options.project  # Application Default Credentials
+        self.client = gcs.Client(
+            project=project, credentials=credentials, client_options=client_options
+        )
+        self.service_account_info = info
+        self._gcs_retry = DEFAULT_RETRY.with_timeout(120.0)
+        self._retry = RetryPolicy(attempts=3)
+
+    def _blob(self, key: str, generation: int | None = None) -> gcs.Blob:
+        bucket, name = split_key(key)
+        if not name:
+            raise FileNotFoundError(key)
+        return self.client.bucket(bucket).blob(name, generation=generation)
+
+    # -- Storage protocol ---------------------------------------------------------------
+
+    def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
+        bucket, name_prefix = split_key(prefix)
+        after: str | None = None
+        if start_after is not None:
+            after_bucket, after_name = split_key(start_after)
+            if after_bucket > bucket:
+                return iter(())
+            if after_bucket == bucket:
+                after = after_name
+        kwargs: dict[str, Any] = {"prefix": name_prefix or None, "delimiter": "/"}
+        if after is not None and after >= name_prefix:
+            kwargs["start_offset"] = after
+        pages = self.client.list_blobs(bucket, retry=self._gcs_retry, **kwargs).pages
+        try:
+            first = next(pages, None)
+        except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
+            raise _failure("listing", prefix, exc) from exc
+        return self._entries(first, pages, bucket, after, prefix)
+
+    @staticmethod
+    def _entries(
+        page: Any, pages: Iterator[Any], bucket: str, after: str | None, prefix: str
+    ) -> Iterator[FileInfo]:
+        while page is not None:
+            for blob in page:
+                if after is None or blob.name > after:
+                    yield FileInfo(f"{bucket}/{blob.name}", int(blob.size), _ms(blob.updated))
+            try:
+                page = next(pages, None)
+            except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
+                raise _failure("listing", prefix, exc) from exc
+
+    def read(self, key: str) -> bytes:
+        return self._download(key, None, None)
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        return self._download(key, offset, length)
+
+    def _download(
+        self, key: str, offset: int | None, length: int | None, generation: int | None = None
+    ) -> bytes:
+        blob = self._blob(key, generation)
+        end = None if offset is None or length is None else offset + length - 1
+
+        def attempt() -> bytes:
+            return blob.download_as_bytes(start=offset, end=end, retry=self._gcs_retry)
+
+        try:
+            return with_retries(attempt, _is_transient, self._retry)
+        except api_exceptions.RequestRangeNotSatisfiable:
+            return b""  # offset at or past the end, as a local read would return
+        except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
+            raise _failure("read", key, exc) from exc
+
+    def _stat(self, key: str) -> gcs.Blob:
+        bucket, name = split_key(key)
+        if not name:
+            raise FileNotFoundError(key)
+        try:
+            blob = with_retries(
+                lambda: self.client.bucket(bucket).get_blob(name, retry=self._gcs_retry),
+                _is_transient,
+                self._retry,
+            )
+        except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
+            raise _failure("stat", key, exc) from exc
+        if blob is None:
+            raise FileNotFoundError(key)
+        return blob
+
+    def open_input_file(self, key: str) -> pa.NativeFile:
+        blob = self._stat(key)
+        generation = blob.generation
+
+        def fetch(offset: int, length: int) -> bytes:
+            return self._download(key, offset, length, generation)
+
+        return open_ranged(fetch, int(blob.size), key, self.options.read_ahead)
+
+    def info(self, key: str) -> FileInfo:
+        blob = self._stat(key)
+        return FileInfo(key, int(blob.size), _ms(blob.updated))
+
+    def join(self, root: str, relative: str) -> str:
+        return f"{root.rstrip('/')}/{relative.lstrip('/')}"
+
+    def __repr__(self) -> str:
+        return f"GcsStorage({self.options!r})"
+
+
+_CACHE: dict[tuple[Any, ...], GcsStorage] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def open_uri(uri: str, options: Mapping[str, Any] | None = None) -> tuple[GcsStorage, str]:
+    """The (shared, cached per options) GCS backend for a table URI and its root key."""
+    root = parse_uri(uri)
+    parsed = GcsOptions.from_mapping(options)
+    cache_key = tuple(getattr(parsed, f.name) for f in fields(parsed))
+    with _CACHE_LOCK:
+        storage = _CACHE.get(cache_key)
+        if storage is None:
+            storage = _CACHE[cache_key] = GcsStorage(parsed)
+    return storage, root

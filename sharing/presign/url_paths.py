@@ -1,0 +1,37 @@
+"""Percent-encoding of object names for URL paths, fast for Delta tables' shapes.
+
+Every cloud SDK percent-encodes the object name with `urllib.parse.quote` (UTF-8, with
+'/' and '~' kept); partition directories like `date=2024-01-01/` always need it (`=`).
+`quote` costs several microseconds, more than the HMAC, so this encoder quotes each
+distinct directory once and the file name only when it holds a reserved character.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~/-]*\Z")
+_MAX_CACHED_DIRECTORIES = 65_536
+
+
+class PathEncoder:
+    """`quote(name, safe="/~")` with directory results remembered."""
+
+    __slots__ = ("_directories",)
+
+    def __init__(self) -> None:
+        self._directories: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        if _UNRESERVED.match(name):
+            return name
+        directory, slash, base = name.rpartition("/")
+        encoded_dir = self._directories.get(directory)
+        if encoded_dir is None:
+            if len(self._directories) >= _MAX_CACHED_DIRECTORIES:
+                self._directories.clear()
+            encoded_dir = self._directories[directory] = quote(directory, safe="/~")
+        if not _UNRESERVED.match(base):
+            base = quote(base, safe="/~")
+        return f"{encoded_dir}{slash}{base}"

@@ -1,0 +1,23 @@
+"""Data skipping for `POST …/query`: `jsonPredicateHints`, `predicateHints` and `limitHint`.
+
+`filter_files` keeps the files of a snapshot that may hold rows matching the hints
+(partition values and per-file statistics, three-valued logic, never dropping a file
+that could match); `apply_limit` then cuts the list once enough rows are known to be
+returned. Both work on the snapshot's files table (ADD_SCHEMA) column-wise.
+"""
+
+from sharing.skipping.evaluate import apply_limit, file_mask, filter_files
+from sharing.skipping.json_predicate import PredicateTooLarge, parse_json_predicate
+from sharing.skipping.sql_predicate import parse_sql_predicate
+from sharing.skipping.stats import DEFAULT_CACHE, StatsCache
+
+__all__ = [
+    "DEFAULT_CACHE",
+    "PredicateTooLarge",
+    "StatsCache",
+    "apply_limit",
+    "file_mask",
+    "filter_files",
+    "parse_json_predicate",
+    "parse_sql_predicate",
+]

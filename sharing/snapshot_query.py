@@ -1,0 +1,246 @@
+"""Snapshot queries: from a validated request to a streamable response plan.
+
+The plan resolves the snapshot (latest, time travel, or the version pinned by a page or
+refresh token), checks everything a client can get wrong before the first byte is sent,
+selects the files of this page, and leaves the per-batch work (signing, formatting) to the
+streaming body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltalog import Snapshot
+from sharing import capabilities
+from sharing.capabilities import Capabilities
+from sharing.catalog import SharedTable
+from sharing.errors import SharingError, UnsupportedOperation
+from sharing.formats import FileContext, FormatWriter, TableHead, dumps_line, writer_for
+from sharing.paging import PinnedVersion, QueryTokens
+from sharing.presign.base import Signer
+from sharing.query import QueryRequest
+from sharing.tables import ResolvedSnapshot, TableService
+
+BATCH_ROWS = 10_000
+
+
+@dataclass
+class QueryPlan:
+    """A snapshot response ready to stream: header values, head lines, then file batches."""
+
+    version: int
+    response_format: str
+    head: bytes
+    files: pa.Table
+    writer: FormatWriter
+    context: FileContext
+    end_stream: bool = False  # finish with an endStreamAction
+    header_end_stream: bool = False  # the client asked for it in its capabilities
+    next_page_token: str | None = None
+    refresh_token: str | None = None
+    batch_rows: int = BATCH_ROWS
+
+    def capabilities_header(self) -> str:
+        return capabilities.response_header(
+            self.response_format, include_end_stream_action=self.header_end_stream
+        )
+
+    def body(self) -> Iterator[bytes]:
+        """The NDJSON body; file lines are formatted and signed one batch at a time.
+
+        A failure after the head lines were sent can no longer change the status: a client
+        that expects an end-stream action gets a final one carrying the error, any other
+        client sees the stream cut short."""
+        yield self.head
+        min_expiration: int | None = None
+        try:
+            for batch in self.files.to_batches(max_chunksize=self.batch_rows):
+                lines = self.writer.file_lines(batch, self.context)
+                expiry = lines.min_expiration_ms
+                if expiry is not None:
+                    min_expiration = (
+                        expiry if min_expiration is None else min(min_expiration, expiry)
+                    )
+                if lines.text:
+                    yield lines.text
+        except Exception as exc:
+            if not self.end_stream:
+                raise
+            yield end_stream_error(exc)
+            return
+        if self.end_stream:
+            action: dict[str, Any] = {}
+            if self.refresh_token is not None:
+                action["refreshToken"] = self.refresh_token
+            if self.next_page_token is not None:
+                action["nextPageToken"] = self.next_page_token
+            if min_expiration is not None:
+                action["minUrlExpirationTimestamp"] = min_expiration
+            yield dumps_line({"endStreamAction": action})
+
+
+def end_stream_error(exc: Exception) -> bytes:
+    """The last line of a stream that failed midway."""
+    if isinstance(exc, SharingError) and exc.status < 500:
+        message, status = exc.message, exc.status
+    else:
+        message, status = "Internal error while streaming the response.", 500
+    return dumps_line({"endStreamAction": {"errorMessage": message, "httpStatusErrorCode": status}})
+
+
+def table_head(snapshot: Snapshot, history_shared: bool) -> TableHead:
+    """Protocol, metadata and size figures of a snapshot, computed on its Arrow files."""
+    return TableHead(
+        protocol=snapshot.protocol,
+        metadata=snapshot.metadata,
+        size=snapshot.size_in_bytes,
+        num_files=snapshot.num_files,
+        history_shared=history_shared,
+    )
+
+
+def apply_limit(files: pa.Table, limit: int | None) -> pa.Table:
+    """The leading files whose rows (numRecords minus deleted rows) reach `limit`.
+
+    Files are taken in order until the running row count reaches the limit; a file
+    without a row count ends the shortcut, and every file from there on is returned."""
+    if limit is None or files.num_rows == 0:
+        return files
+    if limit <= 0:
+        return files.slice(0, 0)
+    stats = files.column("stats").combine_chunks()
+    extracted = pc.extract_regex(stats, r'"numRecords"\s*:\s*(?P<n>\d+)')
+    records = pc.cast(pc.struct_field(extracted, "n"), pa.int64())
+    dvs = files.column("deletionVector").combine_chunks()
+    deleted = pc.fill_null(pc.struct_field(dvs, "cardinality"), 0)
+    unknown_at = pc.index(pc.is_valid(records), False).as_py()
+    stop = files.num_rows if unknown_at < 0 else unknown_at
+    if stop == 0:
+        return files
+    running = pc.cumulative_sum(pc.subtract(records.slice(0, stop), deleted.slice(0, stop)))
+    reached = pc.index(pc.greater_equal(running, limit), True).as_py()
+    if reached < 0:
+        return files
+    return files.slice(0, reached + 1)
+
+
+@dataclass(frozen=True)
+class QueryInputs:
+    """A validated query request with what came with it (headers, table)."""
+
+    shared: SharedTable
+    request: QueryRequest
+    caps: Capabilities
+    file_id_hash: str | None
+
+
+def plan_query(
+    inputs: QueryInputs,
+    *,
+    tables: TableService,
+    tokens: QueryTokens,
+    page_size_limit: int,
+    signer_for: Callable[[Snapshot], Signer],
+) -> QueryPlan:
+    """Resolve, check and select everything for one snapshot query (or one page of it)."""
+    shared, request = inputs.shared, inputs.request
+    pinned = _pinned(inputs, tokens)
+    if pinned is not None:
+        if pinned.time_travel:
+            resolved = tables.resolve(shared, version=pinned.version, timestamp=None)
+        else:
+            resolved = ResolvedSnapshot(tables.at_version(shared, pinned.version), False)
+    else:
+        resolved = tables.resolve(shared, version=request.version, timestamp=request.timestamp)
+    snapshot = resolved.snapshot
+    response_format = capabilities.choose_format(inputs.caps, snapshot.protocol, snapshot.metadata)
+    _check_parquet_readable(response_format, snapshot.files)
+    writer = writer_for(response_format)
+    head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
+    selected = apply_limit(snapshot.files, request.limit_hint)
+
+    start = pinned.start_index if pinned is not None and request.page_token else 0
+    paged = request.max_files is not None or request.page_token is not None
+    next_page_token = None
+    if paged:
+        size = min(request.max_files or page_size_limit, page_size_limit)
+        end = start + size
+        if end < selected.num_rows:
+            this = PinnedVersion(snapshot.version, 0, resolved.time_travel)
+            next_page_token = tokens.page_token(shared, request, this, end)
+        selected = selected.slice(start, size)
+    refresh_token = None
+    if request.include_refresh_token:
+        refresh_token = tokens.refresh_token(shared, snapshot.version)
+
+    context = FileContext(
+        storage=snapshot.storage,
+        table_root=snapshot.table_root,
+        signer=signer_for(snapshot),
+        id_scheme=inputs.file_id_hash or response_format,
+        version=snapshot.version if resolved.time_travel else None,
+        timestamp=resolved.commit_timestamp if resolved.time_travel else None,
+    )
+    asked = inputs.caps.include_end_stream_action
+    return QueryPlan(
+        version=snapshot.version,
+        response_format=response_format,
+        head=head,
+        files=selected,
+        writer=writer,
+        context=context,
+        end_stream=asked or paged or request.include_refresh_token,
+        header_end_stream=asked,
+        next_page_token=next_page_token,
+        refresh_token=refresh_token,
+    )
+
+
+def _pinned(inputs: QueryInputs, tokens: QueryTokens) -> PinnedVersion | None:
+    request = inputs.request
+    if request.page_token is not None:
+        return tokens.read_page_token(inputs.shared, request)
+    if request.refresh_token is not None:
+        return tokens.read_refresh_token(inputs.shared, request.refresh_token)
+    return None
+
+
+def _check_parquet_readable(response_format: str, files: pa.Table) -> None:
+    """Files with deletion vectors cannot be read as plain parquet (a table may hold them
+    after its DV property was turned off)."""
+    if response_format != capabilities.PARQUET or files.num_rows == 0:
+        return
+    if pc.any(pc.is_valid(files.column("deletionVector"))).as_py():
+        raise UnsupportedOperation(
+            "Deletion Vector property disabled: the table has files with deletion vectors; "
+            "ask for responseformat=delta with readerfeatures=deletionvectors."
+        )
+
+
+@dataclass(frozen=True)
+class MetadataResponse:
+    """GET .../metadata: the two head lines and the header values."""
+
+    version: int
+    response_format: str
+    head: bytes
+
+
+def plan_metadata(
+    shared: SharedTable,
+    caps: Capabilities,
+    *,
+    version: int | None,
+    timestamp: str | None,
+    tables: TableService,
+) -> MetadataResponse:
+    """Protocol and metadata of the latest snapshot, or of `version` / `timestamp`."""
+    snapshot = tables.resolve(shared, version=version, timestamp=timestamp).snapshot
+    chosen = capabilities.choose_format(caps, snapshot.protocol, snapshot.metadata)
+    head = writer_for(chosen).head_lines(table_head(snapshot, shared.config.history_shared))
+    return MetadataResponse(snapshot.version, chosen, head)
