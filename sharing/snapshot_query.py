@@ -162,7 +162,11 @@ def plan_query(
     _check_parquet_readable(response_format, snapshot.files)
     writer = writer_for(response_format)
     head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
-    selected = apply_limit(snapshot.files, request.limit_hint)
+    selected = snapshot.files
+    if not request.predicate_hints and request.json_predicate_hints is None:
+        # With predicates the client filters rows after reading: cutting files by row
+        # count before that filter could drop the very rows it is looking for.
+        selected = apply_limit(selected, request.limit_hint)
 
     start = pinned.start_index if pinned is not None and request.page_token else 0
     paged = request.max_files is not None or request.page_token is not None

@@ -130,8 +130,6 @@ class TableService:
         require_history(shared)
         ts = parse_timestamp(text)
         table = self.delta_table(shared)
-        if not self._stale_ok:
-            self.latest(shared)  # pick up new commits before searching
         with self.errors(shared):
             version = history.version_at_or_after(table, ts)
         start = shared.config.start_version

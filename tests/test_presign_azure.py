@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import quote, unquote
 
 import pytest
 from azure.storage.blob import BlobClient, BlobSasPermissions, generate_blob_sas
@@ -98,6 +100,14 @@ def _status(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes
         return error.code, b""
 
 
+def _with_flipped_signature(url: str) -> str:
+    """The URL with one bit of its signature changed (still well-formed base64)."""
+    head, _, sig = url.partition("&sig=")
+    raw = bytearray(base64.b64decode(unquote(sig)))
+    raw[0] ^= 1
+    return f"{head}&sig={quote(base64.b64encode(bytes(raw)).decode(), safe='/')}"
+
+
 @pytest.mark.slow
 def test_azurite_checks_the_signatures(azurite: str) -> None:  # noqa: F811
     storage = AzureStorage(AZURITE_ACCOUNT, {"endpoint": azurite, "account_key": AZURITE_KEY})
@@ -114,8 +124,7 @@ def test_azurite_checks_the_signatures(azurite: str) -> None:  # noqa: F811
         assert _status(url, {"Range": "bytes=10-19"}) == (206, body[10:20])
     tampered = urls[0].replace("plain.bin", "plain.bim")
     assert _status(tampered)[0] in (403, 404)
-    forged = urls[0][:-8] + ("A" if urls[0][-8] != "A" else "B") + urls[0][-7:]
-    assert _status(forged)[0] == 403
+    assert _status(_with_flipped_signature(urls[0]))[0] == 403
     assert _status(urls[0].replace("sp=r", "sp=rw"))[0] == 403
     expired = signer.sign(["presign/t/plain.bin"], now=time.time() - 7200).urls[0]
     assert _status(expired)[0] == 403

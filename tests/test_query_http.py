@@ -23,6 +23,7 @@ BASIC = CORPUS / "levi/dat/basic_append/delta"
 DV = CORPUS / "delta-kernel-rs/golden_data/dv-partitioned-with-checkpoint/delta"
 CM = CORPUS / "delta-kernel-rs/golden_data/table-with-columnmapping-mode-name/delta"
 CDF = CORPUS / "delta-rs/cdf-table"
+GOLDEN = CORPUS / "delta-kernel-rs/golden_data"
 T = "/shares/s/schemas/d/tables"
 DELTA_CAPS = "responseformat=delta;readerfeatures=deletionvectors,columnmapping"
 CM_AUTO_CAPS = "responseformat=delta,parquet;readerfeatures=columnmapping"
@@ -40,6 +41,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         {"name": "cm", "location": str(CM)},
         {"name": "cdf", "location": str(CDF), "historyShared": True},
         {"name": "missing", "location": str(tmp_path_factory.mktemp("empty"))},
+        {
+            "name": "corrupt",
+            "location": str(GOLDEN / "deltalog-state-reconstruction-without-metadata/delta"),
+        },
+        {"name": "toonew", "location": str(GOLDEN / "deltalog-invalid-protocol-version/delta")},
     ]
     config = make_config({"shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}]})
     with run_server(config, tmp_path_factory.mktemp("query")) as running:
@@ -106,6 +112,15 @@ def test_version_unknown_table(server: RunningServer) -> None:
 
 def test_version_location_without_table(server: RunningServer) -> None:
     assert_error(get(server, f"{T}/missing/version"), 404, "RESOURCE_DOES_NOT_EXIST", "s/d/missing")
+
+
+@pytest.mark.parametrize("endpoint", ["version", "metadata"])
+def test_unreadable_tables(server: RunningServer, endpoint: str) -> None:
+    corrupt = get(server, f"{T}/corrupt/{endpoint}")
+    assert corrupt.status_code == 500 and corrupt.json()["errorCode"] == "INTERNAL_ERROR"
+    assert "_delta_log" not in corrupt.text and str(CORPUS) not in corrupt.text
+    assert_error(get(server, f"{T}/toonew/{endpoint}"), 400, "UNSUPPORTED_OPERATION", "s.d.toonew")
+    assert_error(post(server, f"{T}/toonew/query", {}), 400, "UNSUPPORTED_OPERATION", "s.d.toonew")
 
 
 def test_version_starting_timestamp(server: RunningServer, commit_times: list[int]) -> None:
@@ -401,6 +416,13 @@ def test_query_end_stream_action(server: RunningServer) -> None:
 def test_query_limit_hint(server: RunningServer) -> None:
     assert len(lines(post(server, f"{T}/basic/query", {"limitHint": 2}))) == 3
     assert len(lines(post(server, f"{T}/basic/query", {"limitHint": "4"}))) == 4
+    # predicate hints are accepted; with them the limit cannot be applied to whole files
+    hinted = {"limitHint": 2, "jsonPredicateHints": '{"op":"isNull","children":[]}'}
+    assert len(lines(post(server, f"{T}/basic/query", hinted))) == 4
+    assert (
+        len(lines(post(server, f"{T}/basic/query", {"limitHint": 2, "predicateHints": ["a = 1"]})))
+        == 4
+    )
 
 
 def test_query_time_travel(server: RunningServer, commit_times: list[int]) -> None:

@@ -14,8 +14,8 @@ from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
 from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
 from sharing.paging import QueryTokens
-from sharing.presign import TableRef
-from sharing.snapshot_query import QueryInputs, QueryPlan, plan_query
+from sharing.presign import TableRef, signer_factory
+from sharing.snapshot_query import QueryInputs, QueryPlan, plan_metadata, plan_query
 from sharing.tables import TableService
 
 __all__ = ["router", "table_service"]

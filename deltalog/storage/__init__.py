@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from deltalog.errors import DeltaError
@@ -17,11 +19,14 @@ _CLOUD_SCHEMES = frozenset(
 )
 
 
-def resolve(uri: str) -> tuple[Storage, str]:
+def resolve(uri: str, options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
     """The backend for a table URI and the table's root key (no trailing slash).
 
     Accepts plain local paths (relative ones are made absolute), `file:///abs/path`,
-    `file:/abs/path` and `file://localhost/abs/path`.
+    `file:/abs/path` and `file://localhost/abs/path`; `s3://`, `s3a://`, `s3n://`,
+    `gs://`, `abfs(s)://container@account.dfs.core.windows.net/path` and
+    `wasb(s)://container@account.blob.core.windows.net/path` with the table's storage
+    `options` (backends are shared per options; their SDKs load on first use).
     """
     if not uri:
         raise DeltaError("empty table location")
@@ -33,6 +38,18 @@ def resolve(uri: str) -> tuple[Storage, str]:
         path = unquote(parts.path)
         if not path.startswith("/"):
             raise DeltaError(f"file URI must hold an absolute path: {uri}")
+    elif scheme in ("s3", "s3a", "s3n"):
+        from deltalog.storage import s3
+
+        return s3.open_uri(uri, options)
+    elif scheme in ("gs", "gcs"):
+        from deltalog.storage import gcs
+
+        return gcs.open_uri(uri, options)
+    elif scheme in ("abfs", "abfss", "wasb", "wasbs"):
+        from deltalog.storage import azure
+
+        return azure.open_uri(uri, options)
     elif scheme in _CLOUD_SCHEMES:
         raise DeltaError(f"storage scheme '{scheme}://' is not supported yet")
     elif scheme:

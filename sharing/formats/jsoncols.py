@@ -10,28 +10,49 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-
-_NEEDS_CONTROL_ESCAPE = r"[\x00-\x1f]"
 
 Piece = pa.Array | str
 
 
 def json_string(values: pa.Array) -> pa.Array:
-    """Each value as a quoted, escaped JSON string (null stays null)."""
+    """Each value as a quoted, escaped JSON string (null stays null).
+
+    One pass of numpy over the array's data buffer decides what is needed: nothing for
+    most columns (URLs, paths, partition values), two substring replacements when there
+    are quotes or backslashes (stats), and orjson row by row in the rare case of control
+    characters, which need `\\uXXXX` forms.
+    """
     values = values.cast(pa.string())
-    escaped = pc.replace_substring(values, "\\", "\\\\")
-    escaped = pc.replace_substring(escaped, '"', '\\"')
-    control = pc.match_substring_regex(values, _NEEDS_CONTROL_ESCAPE)
-    if pc.any(control).as_py():
-        # Rare (control characters in a path or partition value): let orjson escape those rows.
-        pylist = escaped.to_pylist()
-        for i in pc.indices_nonzero(control).to_pylist():
-            pylist[i] = orjson.dumps(values[i].as_py()).decode()[1:-1]
-        escaped = pa.array(pylist, pa.string())
+    data = _data_bytes(values)
+    if data.size and (data < 0x20).any():
+        return _json_string_slow(values)
+    escaped = values
+    if ((data == 0x22) | (data == 0x5C)).any():
+        escaped = pc.replace_substring(escaped, "\\", "\\\\")
+        escaped = pc.replace_substring(escaped, '"', '\\"')
     return concat(['"', escaped, '"'])
+
+
+def _data_bytes(values: pa.StringArray) -> np.ndarray:
+    """The bytes of the array's values (of its slice only), without copying."""
+    n = len(values)
+    buffer = values.buffers()[2]
+    if n == 0 or buffer is None:
+        return np.empty(0, np.uint8)
+    offsets = np.frombuffer(values.buffers()[1], np.int32, n + 1, values.offset * 4)
+    first, last = int(offsets[0]), int(offsets[-1])
+    return np.frombuffer(buffer, np.uint8, last - first, first)
+
+
+def _json_string_slow(values: pa.Array) -> pa.Array:
+    return pa.array(
+        [None if v is None else orjson.dumps(v).decode() for v in values.to_pylist()],
+        pa.string(),
+    )
 
 
 def json_number(values: pa.Array) -> pa.Array:

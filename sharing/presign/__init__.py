@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from deltalog import Snapshot
 from deltalog.storage.base import Storage
 from deltalog.storage.local import LocalStorage
 from sharing.errors import UnsupportedOperation

@@ -16,7 +16,6 @@ rules serves both. Each bound is conservative about how writers produce statisti
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -35,8 +34,7 @@ from sharing.skipping.columns import (
     K_TS_NTZ,
     ResolvedColumn,
 )
-from sharing.skipping.expr import parse_date, parse_timestamp_micros
-from sharing.skipping.stats import ColumnStats
+from sharing.skipping.stats import ColumnStats, StatsRequest
 
 # Spark's default string stats prefix length, in UTF-16 code units. A prefix cut before a
 # surrogate pair that does not fit is one unit shorter, hence the "- 1" where it is used.
@@ -70,10 +68,13 @@ def partition_bounds(raw: pa.Array, column: ResolvedColumn, domain: str) -> Boun
     is_null = pc.is_null(typed)
     if column.kind == K_FLOAT:
         values = pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), values)
+    lo = hi = values
+    if domain == D_LOSSY:
+        lo, hi = _widen(values, -1), _widen(values, 1)
     return Bounds(
-        lo=values,
-        hi=values,
-        hi_eq=values,
+        lo=lo,
+        hi=hi,
+        hi_eq=hi,
         hi_prefix=None,
         exact=domain != D_LOSSY,
         has_value=pc.invert(is_null),
@@ -99,15 +100,22 @@ def _domain_values(values: pa.Array, column: ResolvedColumn, domain: str) -> pa.
     return values
 
 
-def stats_json_type(column: ResolvedColumn) -> pa.DataType:
-    """The JSON value type min/max of this column are read as."""
+def stats_request(column: ResolvedColumn) -> StatsRequest:
+    """What to parse for this column: its physical path, the JSON value type of min/max,
+    and the conversion applied before caching (dates and timestamps arrive as text)."""
     if column.kind == K_INT:
-        return pa.int64()
+        return column.physical_path, pa.int64(), ""
     if column.kind in (K_FLOAT, K_DECIMAL):
-        return pa.float64()
+        return column.physical_path, pa.float64(), ""
     if column.kind == K_BOOL:
-        return pa.bool_()
-    return pa.string()
+        return column.physical_path, pa.bool_(), ""
+    if column.kind == K_DATE:
+        return column.physical_path, pa.string(), "date"
+    if column.kind == K_TS:
+        return column.physical_path, pa.string(), "ts"
+    if column.kind == K_TS_NTZ:
+        return column.physical_path, pa.string(), "ts_ntz"
+    return column.physical_path, pa.string(), ""
 
 
 def stats_bounds(
@@ -129,20 +137,15 @@ def stats_bounds(
     elif column.kind == K_STRING:
         hi, hi_prefix = _string_max(hi)
         hi_eq = hi
-    elif column.kind == K_DATE:
-        lo, hi = _dates(lo), _dates(hi)
-        hi_eq = hi
     elif column.kind in (K_TS, K_TS_NTZ):
-        ntz = column.kind == K_TS_NTZ
-        lo = _micros(lo, ntz=ntz)
-        hi = pc.add(_micros(hi, ntz=ntz), TIMESTAMP_MAX_WIDENING_US)
+        hi = pc.add(hi, TIMESTAMP_MAX_WIDENING_US)
         hi_eq = hi
     else:
         hi_eq = hi
     if domain == D_LOSSY:
-        lo = _domain_values(lo, column, domain)
-        hi = None if hi is None else _domain_values(hi, column, domain)
-        hi_eq = None if hi_eq is None else _domain_values(hi_eq, column, domain)
+        lo = _widen(_domain_values(lo, column, domain), -1)
+        hi = None if hi is None else _widen(_domain_values(hi, column, domain), 1)
+        hi_eq = None if hi_eq is None else _widen(_domain_values(hi_eq, column, domain), 1)
     return Bounds(
         lo=lo,
         hi=hi,
@@ -152,6 +155,13 @@ def stats_bounds(
         has_value=has_value,
         has_null=has_null,
     )
+
+
+def _widen(values: pa.Array, direction: int) -> pa.Array:
+    """Move float64 values a few ulps outwards: conversions to float64 (Arrow's decimal
+    cast, JSON numbers) may be off by an ulp, and a bound must stay a bound."""
+    slack = pc.add(pc.multiply(pc.abs(values), 1e-15), 1e-300)
+    return pc.add(values, slack) if direction > 0 else pc.subtract(values, slack)
 
 
 def null_masks(stats: ColumnStats, num_records: pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -184,54 +194,3 @@ def _string_max(maxes: pa.Array) -> tuple[pa.Array, pa.Array | None]:
     )
     hi = pc.if_else(maybe_truncated, pa.scalar(None, pa.string()), maxes)
     return hi, prefix
-
-
-def _dates(values: pa.Array) -> pa.Array:
-    try:
-        return pc.cast(values, pa.date32())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _per_distinct(values, pa.date32(), _date_or_none)
-
-
-def _date_or_none(text: str) -> object:
-    try:
-        return parse_date(text)
-    except ValueError:
-        return None
-
-
-_ZONE = r"(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$"
-
-
-def _micros(values: pa.Array, *, ntz: bool) -> pa.Array:
-    """Microseconds since the epoch of ISO timestamps (offset applied; none means UTC,
-    or wall-clock time for timestamp_ntz, where a value with an offset is unknown)."""
-    try:
-        zoned = pc.fill_null(pc.match_substring_regex(values, _ZONE), False)
-        naive_part = pc.if_else(zoned, pa.scalar(None, pa.string()), values)
-        naive = pc.cast(pc.cast(naive_part, pa.timestamp("us")), pa.int64())
-        if ntz or not pc.any(zoned).as_py():
-            return naive
-        zoned_part = pc.if_else(zoned, values, pa.scalar(None, pa.string()))
-        aware = pc.cast(pc.cast(zoned_part, pa.timestamp("us", tz="UTC")), pa.int64())
-        return pc.if_else(zoned, aware, naive)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _per_distinct(values, pa.int64(), lambda t: _micros_or_none(t, ntz=ntz))
-
-
-def _micros_or_none(text: str, *, ntz: bool) -> object:
-    if ntz and re.search(_ZONE, text.strip()):
-        return None
-    try:
-        return parse_timestamp_micros(text)
-    except (ValueError, OverflowError):
-        return None
-
-
-def _per_distinct(values: pa.Array, arrow_type: pa.DataType, parse) -> pa.Array:
-    """The slow path for odd values: parse each distinct string once in Python."""
-    encoded = pc.dictionary_encode(values)
-    parsed = pa.array(
-        [None if v is None else parse(v) for v in encoded.dictionary.to_pylist()], arrow_type
-    )
-    return parsed.take(encoded.indices)

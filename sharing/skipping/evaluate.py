@@ -30,7 +30,7 @@ from sharing.skipping.bounds import (
     null_masks,
     partition_bounds,
     stats_bounds,
-    stats_json_type,
+    stats_request,
 )
 from sharing.skipping.columns import (
     D_BOOL,
@@ -267,17 +267,17 @@ class _Evaluator:
             is_null = pc.fill_null(pc.equal(raw, ""), True)
             return is_null, pc.invert(is_null)
         stats = self.stats()
-        request = (column.physical_path, stats_json_type(column))
+        request = stats_request(column)
         return null_masks(stats.columns[request], stats.num_records)
 
     def partition_raw(self, column: ResolvedColumn) -> pa.Array:
-        return pc.map_lookup(self.partition_values(), pa.scalar(column.physical_path[0]), "first")
+        return map_lookup(self.partition_values(), column.physical_path[0])
 
     def _load_bounds(self, column: ResolvedColumn, domain: str) -> Bounds:
         if column.partition:
             return partition_bounds(self.partition_raw(column), column, domain)
         stats = self.stats()
-        request = (column.physical_path, stats_json_type(column))
+        request = stats_request(column)
         return stats_bounds(stats.columns[request], stats.num_records, column, domain)
 
     def partition_values(self) -> pa.Array:
@@ -299,9 +299,29 @@ class _Evaluator:
         for column in columns_of(predicate):
             resolved = self.resolve(column)
             if resolved is not None and not resolved.partition:
-                requests.append((resolved.physical_path, stats_json_type(resolved)))
+                requests.append(stats_request(resolved))
         if requests:
             self._stats = self.cache.get(self.files.column("stats"), requests)
+
+
+def map_lookup(maps: pa.MapArray, key: str) -> pa.Array:
+    """The value under `key` in each map (null when absent), like `pc.map_lookup(...,
+    "first")` but an order of magnitude faster in the usual case where every file's
+    partitionValues holds each key once: one vectorised match over all keys, checked to
+    fall inside its own map."""
+    n = len(maps)
+    if n and maps.null_count == 0:
+        offsets = maps.offsets
+        base, end = offsets[0].as_py(), offsets[n].as_py()
+        keys = maps.keys.slice(base, end - base)
+        matches = pc.indices_nonzero(pc.equal(keys, key))
+        if len(matches) == n:
+            matches = pc.add(pc.cast(matches, pa.int32()), base)
+            starts, ends = offsets.slice(0, n), offsets.slice(1, n)
+            inside = pc.and_(pc.greater_equal(matches, starts), pc.less(matches, ends))
+            if pc.all(inside).as_py():
+                return maps.items.take(matches)
+    return pc.map_lookup(maps, pa.scalar(key), "first")
 
 
 def _compare_bounds(bounds: Bounds, op: str, scalar: pa.Scalar, value: Any, *, weak: bool) -> Masks:

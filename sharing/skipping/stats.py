@@ -29,10 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from sharing.skipping.convert import convert
 from sharing.skipping.expr import INT64_MAX, INT64_MIN
 
 Path = tuple[str, ...]
-StatsRequest = tuple[Path, pa.DataType]  # physical path, JSON value type of min/max
+# Physical path, JSON value type of min/max, conversion applied to min/max (see convert).
+StatsRequest = tuple[Path, pa.DataType, str]
 
 GROUP_BYTES = 2 * 1024 * 1024
 _SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -40,7 +42,7 @@ _SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": f
 
 @dataclass(frozen=True, slots=True)
 class ColumnStats:
-    """min/max (JSON value type) and nullCount (int64) of one column, one row per file."""
+    """min/max (JSON value type, or converted) and nullCount (int64) of one column."""
 
     min: pa.Array
     max: pa.Array
@@ -74,7 +76,7 @@ def parse_stats(stats: pa.Array, requests: Sequence[StatsRequest]) -> FileStats:
 def _read_schema(requests: Sequence[StatsRequest]) -> pa.Schema:
     def nested(leaf_type: pa.DataType) -> pa.StructType:
         tree: dict = {}
-        for path, json_type in requests:
+        for path, json_type, _ in requests:
             node = tree
             for part in path[:-1]:
                 node = node.setdefault(part, {})
@@ -218,8 +220,8 @@ def _extract(table: pa.Table, requests: Sequence[StatsRequest]) -> FileStats:
 
     columns = {
         request: ColumnStats(
-            leaf("minValues", request[0]),
-            leaf("maxValues", request[0]),
+            convert(leaf("minValues", request[0]), request[2]),
+            convert(leaf("maxValues", request[0]), request[2]),
             leaf("nullCount", request[0]),
         )
         for request in requests

@@ -1,0 +1,249 @@
+"""Benchmark: data skipping over a 1,000,000-file snapshot.
+
+Builds an ADD_SCHEMA files table in memory (partitioned by `date` and `region`, stats JSON
+for four columns) and times `filter_files` for a partition predicate and for a stats
+predicate — the latter cold (stats JSON parsed) and warm (parsed columns cached) — plus
+`apply_limit`, against a naive per-file Python evaluation (orjson.loads per stats string,
+Python comparisons) over the same data.
+
+    .venv/bin/python bench/skipping.py [--files N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import time
+from collections.abc import Callable
+
+import orjson
+import pyarrow as pa
+
+from deltalog.actions import ADD_SCHEMA, STRING_MAP, Metadata
+from sharing.skipping import StatsCache, apply_limit, filter_files
+
+REGIONS = ["us-east", "us-west", "eu-central", "eu-west", "ap-south", "ap-east", "sa", "af"]
+FIRST_DAY = dt.date(2023, 1, 1)
+DAYS = 730
+SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": name, "type": kind, "nullable": True, "metadata": {}}
+        for name, kind in [
+            ("date", "date"),
+            ("region", "string"),
+            ("id", "long"),
+            ("price", "double"),
+            ("name", "string"),
+            ("ts", "timestamp"),
+        ]
+    ],
+}
+METADATA = Metadata.from_action(
+    {
+        "id": "bench",
+        "schemaString": json.dumps(SCHEMA),
+        "partitionColumns": ["date", "region"],
+        "configuration": {},
+    }
+)
+
+
+def build_files(n: int, seed: int = 7) -> pa.Table:
+    """n files: ids in increasing ranges (so a point lookup hits few files), random prices,
+    names and timestamps with millisecond stats, a few files without stats."""
+    rng = random.Random(seed)
+    stats: list[str | None] = []
+    base_ts = dt.datetime(2023, 1, 1, tzinfo=dt.UTC)
+    for i in range(n):
+        if i % 1000 == 999:
+            stats.append(None)
+            continue
+        records = rng.randint(1000, 100_000)
+        lo_id = i * 100_000
+        lo_price = rng.uniform(0, 500)
+        start = base_ts + dt.timedelta(seconds=i * 60)
+        end = start + dt.timedelta(seconds=rng.randint(1, 3600))
+        stats.append(
+            '{"numRecords":%d,"minValues":{"id":%d,"price":%.2f,"name":"%s","ts":"%s"},'
+            '"maxValues":{"id":%d,"price":%.2f,"name":"%s","ts":"%s"},'
+            '"nullCount":{"id":0,"price":%d,"name":%d,"ts":0},"tightBounds":true}'
+            % (
+                records,
+                lo_id,
+                lo_price,
+                f"customer-{rng.randint(0, 99999):05d}",
+                start.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+                lo_id + records - 1,
+                lo_price + rng.uniform(0, 500),
+                f"customer-{rng.randint(0, 99999):05d}",
+                end.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+                rng.randint(0, 10),
+                rng.randint(0, 10),
+            )
+        )
+    days = [(FIRST_DAY + dt.timedelta(days=d)).isoformat() for d in range(DAYS)]
+    keys = pa.array(["date", "region"] * n, pa.string())
+    values = pa.array(
+        [v for i in range(n) for v in (days[(i // 1370) % DAYS], REGIONS[i % len(REGIONS)])],
+        pa.string(),
+    )
+    offsets = pa.array(range(0, 2 * n + 1, 2), pa.int32())
+    partition_values = pa.MapArray.from_arrays(offsets, keys, values).cast(STRING_MAP)
+    columns = {
+        "path": pa.array([f"part-{i:07d}.parquet" for i in range(n)], pa.string()),
+        "partitionValues": partition_values,
+        "size": pa.array([1 << 20] * n, pa.int64()),
+        "modificationTime": pa.array([0] * n, pa.int64()),
+        "dataChange": pa.array([True] * n, pa.bool_()),
+        "stats": pa.array(stats, pa.string()),
+    }
+    for field in ADD_SCHEMA:
+        if field.name not in columns:
+            columns[field.name] = pa.nulls(n, field.type)
+    return pa.table(columns, schema=ADD_SCHEMA)
+
+
+def timed(label: str, fn: Callable[[], pa.Table | int], repeat: int) -> None:
+    best = float("inf")
+    result: pa.Table | int = 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    kept = result if isinstance(result, int) else result.num_rows
+    print(f"{label:<58} {best * 1000:9.1f} ms   files kept: {kept:>9,}")
+
+
+def naive_partition(files: pa.Table, day: str, region: str) -> int:
+    kept = 0
+    for pv in files.column("partitionValues").to_pylist():
+        values = dict(pv)
+        if values.get("date") == day and values.get("region") == region:
+            kept += 1
+    return kept
+
+
+def naive_stats(files: pa.Table, id_value: int) -> int:
+    kept = 0
+    for text in files.column("stats").to_pylist():
+        if text is None:
+            kept += 1
+            continue
+        stats = orjson.loads(text)
+        lo = stats.get("minValues", {}).get("id")
+        hi = stats.get("maxValues", {}).get("id")
+        if lo is None or hi is None or lo <= id_value <= hi:
+            kept += 1
+    return kept
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    start = time.perf_counter()
+    files = build_files(args.files)
+    print(
+        f"built {files.num_rows:,} files in {time.perf_counter() - start:.1f} s "
+        f"(stats JSON {files.column('stats').nbytes / 1e6:.0f} MB)"
+    )
+    day = (FIRST_DAY + dt.timedelta(days=100)).isoformat()
+    partition_hint = json.dumps(
+        {
+            "op": "and",
+            "children": [
+                {
+                    "op": "equal",
+                    "children": [
+                        {"op": "column", "name": "date", "valueType": "date"},
+                        {"op": "literal", "value": day, "valueType": "date"},
+                    ],
+                },
+                {
+                    "op": "equal",
+                    "children": [
+                        {"op": "column", "name": "region", "valueType": "string"},
+                        {"op": "literal", "value": "eu-west", "valueType": "string"},
+                    ],
+                },
+            ],
+        }
+    )
+    id_value = (args.files // 2) * 100_000 + 17
+    stats_hint = json.dumps(
+        {
+            "op": "equal",
+            "children": [
+                {"op": "column", "name": "id", "valueType": "long"},
+                {"op": "literal", "value": str(id_value), "valueType": "long"},
+            ],
+        }
+    )
+
+    def run(hint: str | None, sql: list[str] | None, cache: StatsCache) -> pa.Table:
+        return filter_files(
+            files,
+            METADATA,
+            json_hints=hint,
+            sql_hints=sql,
+            evaluate_json=True,
+            evaluate_sql=True,
+            stats_cache=cache,
+        )
+
+    print(f"\n{args.files:,} files, best of {args.repeat}")
+    timed(
+        "partition predicate (JSON: date = d AND region = r)",
+        lambda: run(partition_hint, None, StatsCache()),
+        args.repeat,
+    )
+    sql = [f"date = '{day}'", "region = 'eu-west'"]
+    timed("partition predicate (SQL hints)", lambda: run(None, sql, StatsCache()), args.repeat)
+    timed(
+        "stats predicate (id = v), cold: stats JSON parsed",
+        lambda: run(stats_hint, None, StatsCache()),
+        args.repeat,
+    )
+    warm = StatsCache()
+    run(stats_hint, None, warm)
+    timed(
+        "stats predicate (id = v), warm: parsed stats cached",
+        lambda: run(stats_hint, None, warm),
+        args.repeat,
+    )
+    ts_hint = json.dumps(
+        {
+            "op": "greaterThan",
+            "children": [
+                {"op": "column", "name": "ts", "valueType": "timestamp"},
+                {"op": "literal", "value": "2024-06-01T00:00:00Z", "valueType": "timestamp"},
+            ],
+        }
+    )
+    run(ts_hint, None, warm)
+    timed("stats predicate (ts > t), warm", lambda: run(ts_hint, None, warm), args.repeat)
+    timed(
+        "apply_limit(1000) after warm-up",
+        lambda: apply_limit(files, 1000, stats_cache=warm),
+        args.repeat,
+    )
+    print()
+    timed(
+        "naive per-file Python: partition predicate",
+        lambda: naive_partition(files, day, "eu-west"),
+        1,
+    )
+    timed(
+        "naive per-file Python: stats predicate (orjson per file)",
+        lambda: naive_stats(files, id_value),
+        1,
+    )
+
+
+if __name__ == "__main__":
+    main()
