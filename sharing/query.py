@@ -9,7 +9,7 @@ itself is planned in sharing.snapshot_query.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -17,7 +17,6 @@ import orjson
 from sharing.capabilities import Capabilities
 from sharing.errors import InvalidParameter, MalformedRequest, UnsupportedOperation
 
-BATCH_ROWS = 10_000
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
 _INTEGER_TEXT = re.compile(r"-?\d+\Z")
@@ -41,7 +40,6 @@ class QueryRequest:
     refresh_token: str | None = None
     idempotency_key: str | None = None
     include_historical_protocol: bool = False
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def parse_body(body: bytes) -> QueryRequest:

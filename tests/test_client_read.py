@@ -95,6 +95,8 @@ TABLES: dict[str, tuple[str, str]] = {
         f"{GOLDEN}/data-reader-escaped-chars/expected",
     ),
     "dask_checkpoint": ("dask-deltatable/checkpoint", ""),
+    "empty_deleted": ("dask-deltatable/empty1", ""),
+    "empty_metadata_only": ("dask-deltatable/empty2", ""),
 }
 
 # Tables the parquet path of the Python client reads (reader-v1 tables whose column types
@@ -249,6 +251,22 @@ def test_limit(server: RunningServer, use_delta: bool) -> None:
         _url(server, "basic_append"), limit=2, use_delta_format=use_delta
     )
     assert len(frame) == 2
+
+
+@pytest.mark.parametrize("use_delta", [True, False])
+def test_empty_tables(server: RunningServer, use_delta: bool) -> None:
+    deleted = delta_sharing.load_as_pandas(
+        _url(server, "empty_deleted"), use_delta_format=use_delta
+    )
+    assert len(deleted) == 0 and len(deleted.columns) == 2
+    before = delta_sharing.load_as_pandas(
+        _url(server, "empty_deleted"), version=0, use_delta_format=use_delta
+    )
+    assert len(before) == 5
+    metadata_only = delta_sharing.load_as_pandas(
+        _url(server, "empty_metadata_only"), use_delta_format=use_delta
+    )
+    assert len(metadata_only) == 0 and len(metadata_only.columns) == 4
 
 
 def test_table_version_metadata_protocol(server: RunningServer) -> None:

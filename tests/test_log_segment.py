@@ -287,8 +287,10 @@ def test_resolve_uris(tmp_path: Path) -> None:
     assert resolve(f"file:{tmp_path}/")[1] == str(tmp_path)
     assert resolve("file:///a%20b/c")[1] == "/a b/c"
     assert resolve("file://localhost/x/y")[1] == "/x/y"
-    for uri in ("s3://bucket/t", "gs://b/t", "abfss://c@a.dfs.core.windows.net/t"):
+    for uri in ("az://c/t", "adl://a/t", "azure://c/t"):
         with pytest.raises(DeltaError, match="not supported yet"):
             resolve(uri)
+    assert type(resolve("s3://bucket/t")[0]).__name__ == "S3Storage"
+    assert resolve("s3a://bucket/t/")[1] == "bucket/t"
     with pytest.raises(DeltaError):
         resolve("ftp://host/x")

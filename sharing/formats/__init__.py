@@ -9,7 +9,6 @@ column-wise string kernels (see `jsoncols`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,8 +87,10 @@ def dumps_line(obj: object) -> bytes:
 
 def file_ids(paths: pa.Array, id_scheme: str) -> pa.Array:
     """Hex digests of the raw log paths: md5 for the parquet scheme, sha256 for delta."""
-    digest: Callable[[bytes], hashlib._Hash] = ID_HASHES[id_scheme]
-    return pa.array([digest(p.encode()).hexdigest() for p in paths.to_pylist()], pa.string())
+    digest = ID_HASHES[id_scheme]
+    raw = paths.cast(pa.binary()).to_pylist()  # UTF-8 bytes without a Python str round trip
+    # The digest names a file; it protects nothing (hence usedforsecurity=False, for FIPS).
+    return pa.array([digest(p, usedforsecurity=False).hexdigest() for p in raw], pa.string())
 
 
 def storage_keys(paths: pa.Array, storage: Storage, table_root: str) -> list[str]:

@@ -83,7 +83,8 @@ def parse_json_predicate(text: str | bytes | None) -> Expr | None:
     try:
         tree = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        if "recursion" in str(exc).lower():
+        message = str(exc).lower()
+        if "recursion" in message or "depth" in message:
             raise PredicateTooLarge(
                 f"jsonPredicateHints is nested deeper than {MAX_DEPTH} levels"
             ) from exc
@@ -140,6 +141,8 @@ class _Builder:
                 return self.unknown(f"{op} without children")
             if len(exprs) == 1:
                 return exprs[0]
+            if all(isinstance(e, Unknown) for e in exprs):
+                return Unknown(f"{op} of unusable children")
             return And(tuple(exprs)) if op == "and" else Or(tuple(exprs))
         if op == "not":
             if len(built) != 1:
