@@ -13,8 +13,11 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed
 
+# Extra arguments for the server, e.g. make run ARGS="--port 9000".
+ARGS ?=
+
 run: setup
-	$(BIN)/lakeshare serve
+	$(BIN)/lakeshare serve $(ARGS)
 
 test: setup
 	$(BIN)/ruff check .
@@ -30,4 +33,4 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .lakeshare build *.egg-info .pytest_cache .ruff_cache

@@ -443,14 +443,14 @@ def run_both_formats(groups: list[list[dict]], data: st.DataObject, names: list[
         check_sound(groups, table, expr, kept_sql)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(groups=split_rows(), data=st.data())
 def test_json_and_sql_hints_never_drop_matching_files(groups, data):
     run_both_formats(groups, data, list(COLUMNS))
 
 
 @pytest.mark.parametrize("name", ["s", "x", "f", "t", "d", "i"])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(groups=split_rows(), data=st.data())
 def test_single_column_predicates_never_drop_matching_files(name, groups, data):
     """One column at a time, so each writer quirk (truncated strings, NaN, ms timestamps)

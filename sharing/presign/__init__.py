@@ -9,6 +9,7 @@ from deltalog.storage.base import Storage
 from deltalog.storage.local import LocalStorage
 from sharing.errors import UnsupportedOperation
 from sharing.presign.base import SignedUrls, Signer
+from sharing.presign.cloud import cloud_signer
 from sharing.presign.local import LocalSigner, TableRef
 
 __all__ = ["LocalSigner", "SignedUrls", "Signer", "TableRef", "signer_factory", "signer_for"]
@@ -24,7 +25,11 @@ def signer_for(
     endpoint: str,
     ttl_seconds: int,
 ) -> Signer:
-    """The signer for a table's storage: local tables get this server's own file URLs."""
+    """The signer for a table's storage: pre-signed object URLs on S3, Azure and GCS;
+    this server's own file URLs for local tables."""
+    cloud = cloud_signer(storage, table_root=table_root, ttl_seconds=ttl_seconds)
+    if cloud is not None:
+        return cloud
     if isinstance(storage, LocalStorage):
         return LocalSigner(
             secret=secret,
