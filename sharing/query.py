@@ -154,13 +154,10 @@ def validate(request: QueryRequest, caps: Capabilities) -> None:
 
 
 def _reject_unimplemented(request: QueryRequest, caps: Capabilities) -> None:
-    unsupported = [
-        (request.starting_version is not None, "Streaming queries (startingVersion)"),
-        (caps.async_query, "Asynchronous queries (asyncquery)"),
-    ]
-    for present, what in unsupported:
-        if present:
-            raise UnsupportedOperation(f"{what} are not supported yet by this server.")
+    if caps.async_query:
+        raise UnsupportedOperation(
+            "Asynchronous queries (asyncquery) are not supported yet by this server."
+        )
 
 
 def validate_metadata_params(version: int | None, timestamp: str | None) -> None:

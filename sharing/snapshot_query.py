@@ -8,7 +8,7 @@ streaming body.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from sharing import capabilities
 from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
 from sharing.errors import SharingError, UnsupportedOperation
-from sharing.formats import FileContext, FormatWriter, TableHead, dumps_line, writer_for
+from sharing.formats import FILE, FileContext, FormatWriter, TableHead, dumps_line, writer_for
 from sharing.paging import PinnedVersion, QueryTokens
 from sharing.presign.base import Signer
 from sharing.query import QueryRequest
@@ -29,16 +29,28 @@ from sharing.tables import ResolvedSnapshot, TableService
 BATCH_ROWS = 10_000
 
 
+@dataclass(frozen=True)
+class FileSection:
+    """File actions that share one context (a snapshot, or one commit of a range)."""
+
+    files: pa.Table
+    context: FileContext
+    action: str = FILE
+
+
+Section = bytes | FileSection
+
+
 @dataclass
 class QueryPlan:
-    """A snapshot response ready to stream: header values, head lines, then file batches."""
+    """A response ready to stream: header values, head lines, then sections: literal
+    lines (metadata of later versions) and file actions, formatted batch by batch."""
 
     version: int
     response_format: str
     head: bytes
-    files: pa.Table
+    sections: Iterable[Section]
     writer: FormatWriter
-    context: FileContext
     end_stream: bool = False  # finish with an endStreamAction
     header_end_stream: bool = False  # the client asked for it in its capabilities
     next_page_token: str | None = None
@@ -59,15 +71,17 @@ class QueryPlan:
         yield self.head
         min_expiration: int | None = None
         try:
-            for batch in self.files.to_batches(max_chunksize=self.batch_rows):
-                lines = self.writer.file_lines(batch, self.context)
-                expiry = lines.min_expiration_ms
-                if expiry is not None:
-                    min_expiration = (
-                        expiry if min_expiration is None else min(min_expiration, expiry)
-                    )
-                if lines.text:
-                    yield lines.text
+            for section in self.sections:
+                if isinstance(section, bytes):
+                    yield section
+                    continue
+                for batch in section.files.to_batches(max_chunksize=self.batch_rows):
+                    lines = self.writer.file_lines(batch, section.context, section.action)
+                    expiry = lines.min_expiration_ms
+                    if expiry is not None and (min_expiration is None or expiry < min_expiration):
+                        min_expiration = expiry
+                    if lines.text:
+                        yield lines.text
         except Exception as exc:
             if not self.end_stream:
                 raise
@@ -159,7 +173,7 @@ def plan_query(
         resolved = tables.resolve(shared, version=request.version, timestamp=request.timestamp)
     snapshot = resolved.snapshot
     response_format = capabilities.choose_format(inputs.caps, snapshot.protocol, snapshot.metadata)
-    _check_parquet_readable(response_format, snapshot.files)
+    check_parquet_readable(response_format, snapshot.files)
     writer = writer_for(response_format)
     head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
     selected = snapshot.files
@@ -195,9 +209,8 @@ def plan_query(
         version=snapshot.version,
         response_format=response_format,
         head=head,
-        files=selected,
+        sections=[FileSection(selected, context)],
         writer=writer,
-        context=context,
         end_stream=asked or paged or request.include_refresh_token,
         header_end_stream=asked,
         next_page_token=next_page_token,
@@ -214,7 +227,7 @@ def _pinned(inputs: QueryInputs, tokens: QueryTokens) -> PinnedVersion | None:
     return None
 
 
-def _check_parquet_readable(response_format: str, files: pa.Table) -> None:
+def check_parquet_readable(response_format: str, files: pa.Table) -> None:
     """Files with deletion vectors cannot be read as plain parquet (a table may hold them
     after its DV property was turned off)."""
     if response_format != capabilities.PARQUET or files.num_rows == 0:

@@ -23,6 +23,7 @@ BASIC = CORPUS / "levi/dat/basic_append/delta"
 DV = CORPUS / "delta-kernel-rs/golden_data/dv-partitioned-with-checkpoint/delta"
 CM = CORPUS / "delta-kernel-rs/golden_data/table-with-columnmapping-mode-name/delta"
 CDF = CORPUS / "delta-rs/cdf-table"
+SCHEMA_CHANGE = CORPUS / "levi/dat/with_schema_change/delta"
 GOLDEN = CORPUS / "delta-kernel-rs/golden_data"
 T = "/shares/s/schemas/d/tables"
 DELTA_CAPS = "responseformat=delta;readerfeatures=deletionvectors,columnmapping"
@@ -40,6 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         {"name": "dv", "location": str(DV), "historyShared": True},
         {"name": "cm", "location": str(CM)},
         {"name": "cdf", "location": str(CDF), "historyShared": True},
+        {"name": "schema_change", "location": str(SCHEMA_CHANGE), "historyShared": True},
         {"name": "missing", "location": str(tmp_path_factory.mktemp("empty"))},
         {
             "name": "corrupt",
@@ -580,7 +582,6 @@ def test_query_deletion_vectors(server: RunningServer) -> None:
             "INVALID_PARAMETER_VALUE",
             "Invalid startingTimestamp: ",
         ),
-        ("basic", {"startingVersion": 0}, 400, "UNSUPPORTED_OPERATION", "not supported yet"),
         (
             "basic",
             {"pageToken": "abc"},
@@ -727,4 +728,90 @@ def test_query_refresh_token(server: RunningServer) -> None:
         400,
         "INVALID_PARAMETER_VALUE",
         "The table specified in the refresh token does not match the table being queried.",
+    )
+
+
+# -- streaming (startingVersion) --------------------------------------------------------------
+
+
+def test_streaming_from_start(server: RunningServer, commit_times: list[int]) -> None:
+    response = post(server, f"{T}/basic/query", {"startingVersion": 0})
+    assert response.headers["delta-table-version"] == "0"
+    protocol, metadata, *actions = lines(response)
+    assert protocol == {"protocol": {"minReaderVersion": 1}}
+    assert metadata["metaData"]["version"] == 0
+    assert [list(a) for a in actions] == [["add"], ["add"]]
+    assert [(a["add"]["version"], a["add"]["timestamp"]) for a in actions] == [
+        (0, commit_times[0]),
+        (1, commit_times[1]),
+    ]
+    assert actions[0]["add"]["stats"].startswith('{"numRecords":3')
+    window = lines(post(server, f"{T}/basic/query", {"startingVersion": "1", "endingVersion": 1}))
+    assert len(window) == 3 and window[2]["add"]["version"] == 1
+    assert window[1]["metaData"]["version"] == 1
+
+
+def test_streaming_metadata_changes_and_removes(server: RunningServer) -> None:
+    _, head, *rest = lines(post(server, f"{T}/schema_change/query", {"startingVersion": 0}))
+    assert [next(iter(line)) for line in rest] == ["add", "metaData", "remove", "add"]
+    assert head["metaData"]["version"] == 0 and rest[1]["metaData"]["version"] == 1
+    assert head["metaData"]["schemaString"] != rest[1]["metaData"]["schemaString"]
+    assert rest[2]["remove"]["id"] == rest[0]["add"]["id"] and "stats" not in rest[2]["remove"]
+
+
+def test_streaming_deletion_vectors_in_delta_format(server: RunningServer) -> None:
+    headers = {"delta-sharing-capabilities": DELTA_CAPS}
+    response = post(
+        server, f"{T}/dv/query", {"startingVersion": 1, "endingVersion": 1}, headers=headers
+    )
+    _, head, *files = lines(response)
+    assert head["metaData"]["version"] == 1
+    kinds = [next(iter(f["file"]["deltaSingleAction"])) for f in files]
+    assert "remove" in kinds and "add" in kinds
+    for f in files:
+        assert f["file"]["version"] == 1 and f["file"]["timestamp"] > 0
+        action = next(iter(f["file"]["deltaSingleAction"].values()))
+        dv = action.get("deletionVector")
+        assert dv is None or dv["storageType"] in ("p", "i")
+    assert_error(
+        post(server, f"{T}/dv/query", {"startingVersion": 1}),
+        400,
+        "UNSUPPORTED_OPERATION",
+        "Unsupported Delta Table Properties",
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "body", "fragment"),
+    [
+        (
+            "basic",
+            {"startingVersion": 1, "endingVersion": 0},
+            "startingVersion(1) must be smaller than or equal to endingVersion(0).",
+        ),
+        (
+            "basic",
+            {"startingVersion": 0, "endingVersion": 5},
+            "Provided end version(5) is invalid. End version cannot be greater than the latest "
+            "version of the table(1).",
+        ),
+        ("basic", {"startingVersion": 4}, "Cannot time travel Delta table to version 4"),
+        ("since1", {"startingVersion": 0}, "You can only query table data since version 1."),
+        (
+            "nohistory",
+            {"startingVersion": 0},
+            "history sharing is not enabled on table: s.d.nohistory",
+        ),
+    ],
+)
+def test_streaming_errors(
+    server: RunningServer, table: str, body: dict[str, Any], fragment: str
+) -> None:
+    assert_error(post(server, f"{T}/{table}/query", body), 400, "INVALID_PARAMETER_VALUE", fragment)
+
+
+def test_streaming_pagination_not_supported_yet(server: RunningServer) -> None:
+    body = {"startingVersion": 0, "maxFiles": 1}
+    assert_error(
+        post(server, f"{T}/basic/query", body), 400, "UNSUPPORTED_OPERATION", "not supported yet"
     )

@@ -504,6 +504,8 @@ def test_limit_hint_counts_deletion_vectors():
 
 
 def test_limit_hint_stops_at_a_file_without_stats():
+    with_dv = limit_files(1, None, 5, 5, dv={1: 1, 2: 1})
+    assert paths(apply_limit(with_dv, 3, stats_cache=StatsCache())) == ["f0", "f1", "f2", "f3"]
     table = limit_files(1, None, 5, 5)
     assert paths(apply_limit(table, 3, stats_cache=StatsCache())) == ["f0", "f1", "f2", "f3"]
     assert paths(apply_limit(table, 1, stats_cache=StatsCache())) == ["f0"]
@@ -551,3 +553,30 @@ def test_stats_are_parsed_once_per_snapshot(monkeypatch):
     assert len(calls) == 2
     assert paths(apply_limit(table, 3, stats_cache=cache)) == ["f0", "f1", "f2"]
     assert len(calls) == 2
+
+
+def test_cold_cache_parses_only_partition_candidates(monkeypatch):
+    from sharing.skipping import evaluate as evaluate_module
+
+    parsed_lengths = []
+    real = evaluate_module.parse_stats
+
+    def counting(array, requests):
+        parsed_lengths.append(len(array))
+        return real(array, requests)
+
+    monkeypatch.setattr(evaluate_module, "parse_stats", counting)
+    md = metadata(schema(("p", "string"), ("v", "long")), ["p"])
+    table = files(
+        *[
+            {"path": f"f{i}", "pv": {"p": "abcdefgh"[i % 8]}, "stats": stats(1, {"v": i}, {"v": i})}
+            for i in range(80)
+        ]
+    )
+    hint = node("and", cmp("equal", "p", "string", "c"), cmp("lessThan", "v", "long", "20"))
+    assert kept(table, md, hint) == ["f2", "f10", "f18"]
+    assert parsed_lengths == [10]  # only the ten files of partition "c"
+    # Without a selective partition predicate the whole table is parsed (and cached).
+    parsed_lengths.clear()
+    assert kept(table, md, cmp("lessThan", "v", "long", "2")) == ["f0", "f1"]
+    assert parsed_lengths == []

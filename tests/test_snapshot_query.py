@@ -16,7 +16,7 @@ from sharing.errors import InvalidParameter, UnsupportedOperation
 from sharing.formats import FileContext, FileLines
 from sharing.paging import PinnedVersion, QueryTokens
 from sharing.query import QueryRequest
-from sharing.snapshot_query import QueryPlan
+from sharing.snapshot_query import FileSection, QueryPlan
 from sharing.tokens import TokenCodec
 
 SECRET = b"0123456789abcdef0123456789abcdef"
@@ -31,7 +31,9 @@ class Writer:
     def head_lines(self, head: Any) -> bytes:
         return b"HEAD\n"
 
-    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext) -> FileLines:
+    def file_lines(
+        self, batch: pa.RecordBatch, ctx: FileContext, action: str = "file"
+    ) -> FileLines:
         self.calls += 1
         if self.calls == self.fail_at:
             raise self.error or RuntimeError("disk on fire")
@@ -41,7 +43,9 @@ class Writer:
 def _plan(writer: Writer, **kwargs: Any) -> QueryPlan:
     files = pa.Table.from_pylist([{"path": f"{i}"} for i in range(5)], schema=ADD_SCHEMA)
     ctx = FileContext(LocalStorage(), "/t", None, "parquet")  # type: ignore[arg-type]
-    return QueryPlan(1, "parquet", b"HEAD\n", files, writer, ctx, batch_rows=2, **kwargs)
+    return QueryPlan(
+        1, "parquet", b"HEAD\n", [FileSection(files, ctx)], writer, batch_rows=2, **kwargs
+    )
 
 
 def test_body_streams_head_then_batches() -> None:

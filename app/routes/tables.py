@@ -16,6 +16,7 @@ from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
 from sharing.paging import QueryTokens
 from sharing.presign import TableRef, signer_factory
 from sharing.snapshot_query import QueryInputs, QueryPlan, plan_metadata, plan_query
+from sharing.streaming_query import plan_streaming
 from sharing.tables import TableService
 
 __all__ = ["router", "table_service"]
@@ -134,6 +135,8 @@ def _plan(request: Request, inputs: QueryInputs) -> QueryPlan:
         endpoint=config.endpoint,
         ttl_seconds=config.pre_signed_url_timeout_seconds,
     )
+    if inputs.request.starting_version is not None:
+        return plan_streaming(inputs, tables=table_service(request), signer_for=signers)
     return plan_query(
         inputs,
         tables=table_service(request),

@@ -24,6 +24,7 @@ from sharing.errors import InvalidParameter
 from sharing.presign.base import Signer
 
 FILE_ID_HASH_HEADER = "fileidhash"
+FILE, ADD, REMOVE = "file", "add", "remove"
 ID_HASHES = {"parquet": hashlib.md5, "delta": hashlib.sha256}
 _ABSOLUTE_OR_ENCODED = r"%|^/|^[A-Za-z][A-Za-z0-9+.\-]+:"
 
@@ -45,8 +46,8 @@ class TableHead:
 
     protocol: DeltaProtocol
     metadata: Metadata
-    size: int  # bytes in the snapshot's active files
-    num_files: int
+    size: int | None  # bytes in the snapshot's active files; None when not computed
+    num_files: int | None
     history_shared: bool
 
 
@@ -71,12 +72,23 @@ class FileLines:
 
 
 class FormatWriter(Protocol):
-    def head_lines(self, head: TableHead) -> bytes:
-        """The protocol and metaData lines, byte-identical for the same snapshot."""
+    def head_lines(self, head: TableHead, version: int | None = None) -> bytes:
+        """The protocol and metaData lines, byte-identical for the same snapshot; the
+        metaData carries `version` when given (streaming queries)."""
         ...
 
-    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext) -> FileLines:
-        """The `file` lines of a batch of active files (ADD_SCHEMA)."""
+    def metadata_line(self, head: TableHead, version: int) -> bytes:
+        """A metaData line of a later version inside a streaming range."""
+        ...
+
+    def protocol_line(self, head: TableHead, version: int) -> bytes:
+        """A protocol line of a later version (delta format, includeHistoricalProtocol)."""
+        ...
+
+    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
+        """The lines of a batch of file actions: active files of a snapshot (`file`,
+        ADD_SCHEMA), or the `add` (ADD_SCHEMA) / `remove` (REMOVE_SCHEMA) actions of a
+        streaming range."""
         ...
 
 

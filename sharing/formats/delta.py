@@ -18,7 +18,16 @@ import pyarrow.compute as pc
 from deltalog.deletion_vectors import DeletionVectorDescriptor, absolute_path
 from deltalog.errors import DeletionVectorError
 from sharing.errors import UnsupportedOperation
-from sharing.formats import FileContext, FileLines, TableHead, dumps_line, file_ids, storage_keys
+from sharing.formats import (
+    FILE,
+    REMOVE,
+    FileContext,
+    FileLines,
+    TableHead,
+    dumps_line,
+    file_ids,
+    storage_keys,
+)
 from sharing.formats.jsoncols import (
     concat,
     field,
@@ -35,24 +44,30 @@ _NULL_STRING = pa.scalar(None, pa.string())
 class DeltaWriter:
     """Writes `responseformat=delta` lines."""
 
-    def head_lines(self, head: TableHead) -> bytes:
-        return dumps_line({"protocol": {"deltaProtocol": protocol_object(head)}}) + dumps_line(
-            {
-                "metaData": {
-                    "deltaMetadata": metadata_object(head),
-                    "size": head.size,
-                    "numFiles": head.num_files,
-                }
-            }
+    def head_lines(self, head: TableHead, version: int | None = None) -> bytes:
+        protocol = dumps_line({"protocol": {"deltaProtocol": protocol_object(head)}})
+        return protocol + self.metadata_line(head, version)
+
+    def metadata_line(self, head: TableHead, version: int | None) -> bytes:
+        wrapper: dict[str, Any] = {} if version is None else {"version": version}
+        wrapper["deltaMetadata"] = metadata_object(head)
+        if head.size is not None:
+            wrapper["size"] = head.size
+        if head.num_files is not None:
+            wrapper["numFiles"] = head.num_files
+        return dumps_line({"metaData": wrapper})
+
+    def protocol_line(self, head: TableHead, version: int) -> bytes:
+        return dumps_line(
+            {"protocol": {"version": version, "deltaProtocol": protocol_object(head)}}
         )
 
-    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext) -> FileLines:
+    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
         if batch.num_rows == 0:
             return FileLines(b"", None)
         paths = batch.column("path")
         signed = ctx.signer.sign(storage_keys(paths, ctx.storage, ctx.table_root))
         dvs, dv_expiration = deletion_vectors(batch.column("deletionVector"), ctx)
-        tags = batch.column("tags")
         pieces: list[pa.Array | str] = ['{"file":{"id":"', file_ids(paths, ctx.id_scheme), '"']
         if ctx.version is not None:
             pieces.append(f',"version":{ctx.version}')
@@ -61,25 +76,55 @@ class DeltaWriter:
         expiration = signed.expiration_ms
         if dv_expiration is not None:
             expiration = min(expiration, dv_expiration)
+        urls = json_string(pa.array(signed.urls, pa.string()))
+        body = _remove_fields(batch) if action == REMOVE else _add_fields(batch)
+        kind = "remove" if action == REMOVE else "add"
         pieces += [
             f',"expirationTimestamp":{expiration}',
-            ',"deltaSingleAction":{"add":{"path":',
-            json_string(pa.array(signed.urls, pa.string())),
-            ',"partitionValues":',
-            json_string_map(batch.column("partitionValues")),
-            field("size", json_number(pc.fill_null(batch.column("size"), 0))),
-            field("modificationTime", json_number(pc.fill_null(batch["modificationTime"], 0))),
-            field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
-            field("stats", json_string(batch.column("stats"))),
-            field("tags", pc.if_else(tags.is_valid(), json_string_map(tags), _NULL_STRING)),
+            f',"deltaSingleAction":{{"{kind}":{{"path":',
+            urls,
+            *body,
             field("deletionVector", dvs),
             field("baseRowId", json_number(batch.column("baseRowId"))),
             field("defaultRowCommitVersion", json_number(batch["defaultRowCommitVersion"])),
-            field("clusteringProvider", json_string(batch.column("clusteringProvider"))),
             "}}}}",
         ]
         lines = concat(pieces, skip_null_pieces=True)
         return FileLines(lines_to_bytes(lines), expiration)
+
+
+def _add_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
+    """The fields of an `add` after `path` (modificationTime and dataChange always set:
+    Delta readers require them)."""
+    return [
+        ',"partitionValues":',
+        json_string_map(batch.column("partitionValues")),
+        field("size", json_number(pc.fill_null(batch.column("size"), 0))),
+        field("modificationTime", json_number(pc.fill_null(batch["modificationTime"], 0))),
+        field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
+        field("stats", json_string(batch.column("stats"))),
+        _tags(batch),
+        field("clusteringProvider", json_string(batch.column("clusteringProvider"))),
+    ]
+
+
+def _remove_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
+    """The fields of a `remove` after `path`, as far as the log had them."""
+    return [
+        field("deletionTimestamp", json_number(batch.column("deletionTimestamp"))),
+        field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
+        field("extendedFileMetadata", json_bool(batch.column("extendedFileMetadata"))),
+        ',"partitionValues":',
+        json_string_map(batch.column("partitionValues")),
+        field("size", json_number(batch.column("size"))),
+        field("stats", json_string(batch.column("stats"))),
+        _tags(batch),
+    ]
+
+
+def _tags(batch: pa.RecordBatch) -> pa.Array:
+    tags = batch.column("tags")
+    return field("tags", pc.if_else(tags.is_valid(), json_string_map(tags), _NULL_STRING))
 
 
 def protocol_object(head: TableHead) -> dict[str, Any]:

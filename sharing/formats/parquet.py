@@ -11,7 +11,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltalog.schema import clean_schema_for_sharing
-from sharing.formats import FileContext, FileLines, TableHead, dumps_line, file_ids, storage_keys
+from sharing.formats import (
+    FILE,
+    REMOVE,
+    FileContext,
+    FileLines,
+    TableHead,
+    dumps_line,
+    file_ids,
+    storage_keys,
+)
 from sharing.formats.jsoncols import (
     concat,
     field,
@@ -27,23 +36,33 @@ _PROTOCOL_LINE = dumps_line({"protocol": {"minReaderVersion": 1}})
 class ParquetWriter:
     """Writes `responseformat=parquet` lines."""
 
-    def head_lines(self, head: TableHead) -> bytes:
-        return _PROTOCOL_LINE + dumps_line({"metaData": metadata_object(head)})
+    def head_lines(self, head: TableHead, version: int | None = None) -> bytes:
+        return _PROTOCOL_LINE + self.metadata_line(head, version)
 
-    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext) -> FileLines:
+    def metadata_line(self, head: TableHead, version: int | None) -> bytes:
+        meta = metadata_object(head)
+        if version is not None:
+            meta["version"] = version
+        return dumps_line({"metaData": meta})
+
+    def protocol_line(self, head: TableHead, version: int) -> bytes:
+        return _PROTOCOL_LINE
+
+    def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
         if batch.num_rows == 0:
             return FileLines(b"", None)
         paths = batch.column("path")
         signed = ctx.signer.sign(storage_keys(paths, ctx.storage, ctx.table_root))
+        stats = None if action == REMOVE else batch.column("stats")
         pieces = [
-            '{"file":{"url":',
+            f'{{"{action}":{{"url":',
             json_string(pa.array(signed.urls, pa.string())),
             ',"id":"',
             file_ids(paths, ctx.id_scheme),
             '","partitionValues":',
             json_string_map(batch.column("partitionValues")),
             field("size", json_number(pc.fill_null(batch.column("size"), 0))),
-            field("stats", json_string(batch.column("stats"))),
+            field("stats", json_string(stats)) if stats is not None else "",
             f',"expirationTimestamp":{signed.expiration_ms}',
         ]
         if ctx.timestamp is not None:
@@ -68,6 +87,8 @@ def metadata_object(head: TableHead) -> dict[str, object]:
     cdf = head.history_shared and meta.change_data_feed_enabled
     out["configuration"] = {"enableChangeDataFeed": "true"} if cdf else {}
     out["partitionColumns"] = list(meta.partition_columns)
-    out["size"] = head.size
-    out["numFiles"] = head.num_files
+    if head.size is not None:
+        out["size"] = head.size
+    if head.num_files is not None:
+        out["numFiles"] = head.num_files
     return out

@@ -2,8 +2,10 @@
 
 `filter_files` keeps the files of a snapshot that may hold rows matching the hints
 (partition values and per-file statistics, three-valued logic, never dropping a file
-that could match); `apply_limit` then cuts the list once enough rows are known to be
-returned. Both work on the snapshot's files table (ADD_SCHEMA) column-wise.
+that could match); `apply_limit` cuts a file list once enough rows are known to be
+returned. Both work on the snapshot's files table (ADD_SCHEMA) column-wise, and share a
+process-wide cache of parsed statistics (`DEFAULT_CACHE`) keyed by the stats buffers, so
+pass the snapshot's own files table (or a slice of it) to benefit from it.
 """
 
 from sharing.skipping.evaluate import apply_limit, file_mask, filter_files

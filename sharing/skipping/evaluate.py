@@ -66,7 +66,13 @@ from sharing.skipping.expr import (
 )
 from sharing.skipping.json_predicate import parse_json_predicate
 from sharing.skipping.sql_predicate import parse_sql_predicate
-from sharing.skipping.stats import DEFAULT_CACHE, FileStats, StatsCache
+from sharing.skipping.stats import (
+    DEFAULT_CACHE,
+    FileStats,
+    StatsCache,
+    StatsRequest,
+    parse_stats,
+)
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +144,49 @@ def file_mask(
     except DeltaError as exc:
         log.warning("predicate hints ignored: the table schema cannot be read (%s)", exc)
         return True
+    cache = stats_cache or DEFAULT_CACHE
     try:
-        evaluator = _Evaluator(files, resolver, stats_cache or DEFAULT_CACHE)
+        evaluator = _Evaluator(files, resolver, cache)
+        requests = evaluator.stats_requests(predicate)
+        if requests and not cache.has(files.column("stats"), requests):
+            narrowed = _candidates_first(files, resolver, predicate)
+            if narrowed is not None:
+                return narrowed
         evaluator.prepare(predicate)
         may_true, _ = evaluator.evaluate(predicate)
     except Exception:  # a bug here must cost filtering, not the request
         log.exception("predicate hints ignored: evaluation failed")
         return True
     return may_true
+
+
+# Parse statistics only for the partition-selected files when those are at most this share
+# of the table and the statistics are not cached yet.
+CANDIDATE_SHARE = 0.25
+
+
+def _candidates_first(files: pa.Table, resolver: Resolver, predicate: Expr) -> Mask | None:
+    """Cold-cache shortcut: judge by partition values alone first (data columns unknown);
+    when that leaves few files, parse just their statistics (uncached) to finish. None
+    when the partition pass does not narrow enough to be worth it."""
+    coarse, _ = _Evaluator(files, resolver, None, data_columns=False).evaluate(predicate)
+    if coarse is True:
+        return None
+    if coarse is False:
+        return False
+    candidates = pc.sum(coarse).as_py() or 0
+    if candidates > files.num_rows * CANDIDATE_SHARE:
+        return None
+    if candidates == 0:
+        return coarse
+    subset = _Evaluator(files.filter(coarse), resolver, None)
+    subset.prepare(predicate)
+    fine, _ = subset.evaluate(predicate)
+    if isinstance(fine, bool):
+        return coarse if fine else False
+    positions = pc.subtract(pc.cumulative_sum(pc.cast(coarse, pa.int64())), 1)
+    indices = pc.if_else(coarse, positions, pa.scalar(None, pa.int64()))
+    return pc.fill_null(pc.take(fine, indices), False)
 
 
 def apply_limit(
@@ -164,7 +205,7 @@ def apply_limit(
         deletion_vectors = files.column("deletionVector")
         if deletion_vectors.null_count < len(deletion_vectors):
             deleted = pc.fill_null(pc.struct_field(deletion_vectors, ["cardinality"]), 0)
-            rows = pc.max_element_wise(pc.subtract(rows, deleted), 0)
+            rows = pc.max_element_wise(pc.subtract(rows, deleted), 0, skip_nulls=False)
     if isinstance(rows, pa.ChunkedArray):
         rows = rows.combine_chunks()
     total = pc.cumulative_sum(pc.fill_null(rows, 0))
@@ -178,10 +219,20 @@ def apply_limit(
 class _Evaluator:
     """Evaluates one predicate over one files table, loading each column's values once."""
 
-    def __init__(self, files: pa.Table, resolver: Resolver, cache: StatsCache) -> None:
+    def __init__(
+        self,
+        files: pa.Table,
+        resolver: Resolver,
+        cache: StatsCache | None,
+        *,
+        data_columns: bool = True,
+    ) -> None:
+        """`cache` None parses statistics without caching them; `data_columns` False
+        treats every data column as unknown (a partition-only pass)."""
         self.files = files
         self.resolver = resolver
         self.cache = cache
+        self.data_columns = data_columns
         self.n = files.num_rows
         self._resolved: dict[Column, ResolvedColumn | str] = {}
         self._stats: FileStats | None = None
@@ -243,9 +294,11 @@ class _Evaluator:
         found = self._resolved.get(column)
         if found is None:
             found = self._resolved[column] = self.resolver.resolve(column)
-            if isinstance(found, str):
+            if isinstance(found, str) and self.data_columns:
                 log.info("predicate ignored: %s", found)
-        return None if isinstance(found, str) else found
+        if isinstance(found, str) or (not self.data_columns and not found.partition):
+            return None
+        return found
 
     def bounds(self, column: ResolvedColumn, domain: str) -> Bounds | None:
         """The column's bounds in the comparison `domain`, None when unreadable."""
@@ -294,14 +347,27 @@ class _Evaluator:
             raise RuntimeError("stats requested before prepare()")
         return self._stats
 
-    def prepare(self, predicate: Expr) -> None:
+    def stats_requests(self, predicate: Expr) -> list[StatsRequest]:
+        """The statistics the predicate's data columns need."""
         requests = []
         for column in columns_of(predicate):
             resolved = self.resolve(column)
             if resolved is not None and not resolved.partition:
                 requests.append(stats_request(resolved))
-        if requests:
-            self._stats = self.cache.get(self.files.column("stats"), requests)
+        return list(dict.fromkeys(requests))
+
+    def prepare(self, predicate: Expr) -> None:
+        """Parse (or fetch from the cache) every needed statistic in one pass."""
+        requests = self.stats_requests(predicate)
+        if not requests:
+            return
+        stats = self.files.column("stats")
+        if self.cache is not None:
+            self._stats = self.cache.get(stats, requests)
+        else:
+            chunks = stats.chunks if isinstance(stats, pa.ChunkedArray) else [stats]
+            combined = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
+            self._stats = parse_stats(combined, requests)
 
 
 def map_lookup(maps: pa.MapArray, key: str) -> pa.Array:

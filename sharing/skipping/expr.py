@@ -84,8 +84,6 @@ class Unknown:
 
 Expr = Compare | IsNull | And | Or | Not | Unknown
 
-TRUE_ALWAYS_UNKNOWN = Unknown("no predicate")
-
 
 def columns_of(expr: Expr) -> list[Column]:
     """Every column the tree references (duplicates kept; order of appearance)."""

@@ -1,10 +1,11 @@
 """`jsonPredicateHints`: parse and validate the protocol's JSON predicate tree.
 
-Only the size limits are errors (a client sending a megabyte of predicate or a tree a
-hundred levels deep gets a 400). Everything else that is wrong with a hint — bad JSON, an
-unknown op, a wrong child count, a literal that does not parse as its `valueType` — only
-turns the offending subtree into `Unknown` (logged), because hints are best effort and
-a client must never fail for sending one the server does not understand.
+Only the size limits are errors: more than 1 MiB of JSON, a tree deeper than 100 levels
+or with more than 10,000 nodes gets a 400 (PredicateTooLarge, an InvalidParameter).
+Everything else that is wrong with a hint — bad JSON, an unknown op, a wrong child count,
+a literal that does not parse as its `valueType` — only turns the offending subtree into
+`Unknown` (logged), because hints are best effort and a client must never fail for
+sending one the server does not understand.
 """
 
 from __future__ import annotations

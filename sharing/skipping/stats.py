@@ -267,7 +267,7 @@ class StatsCache:
 
     def __init__(self, max_files: int = 8_000_000) -> None:
         self.max_files = max_files
-        self._entries: OrderedDict[tuple[int, int], _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, int, int], _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
     def clear(self) -> None:
@@ -297,9 +297,23 @@ class StatsCache:
             },
         )
 
+    def has(self, stats: pa.ChunkedArray | pa.Array, requests: Iterable[StatsRequest]) -> bool:
+        """Are these columns cached for every row of `stats` (no parsing needed)?"""
+        wanted = list(requests)
+        chunks = stats.chunks if isinstance(stats, pa.ChunkedArray) else [stats]
+        with self._lock:
+            for chunk in chunks:
+                if not len(chunk):
+                    continue
+                entry = self._entries.get(_key(chunk))
+                if entry is None or not _covers(entry.chunk, chunk):
+                    return False
+                if entry.num_records is None or any(r not in entry.columns for r in wanted):
+                    return False
+        return True
+
     def _get_chunk(self, chunk: pa.Array, wanted: list[StatsRequest]) -> FileStats:
-        buffers = chunk.buffers()
-        key = (buffers[1].address if buffers[1] else 0, buffers[2].address if buffers[2] else 0)
+        key = _key(chunk)
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and not _covers(entry.chunk, chunk):
@@ -327,6 +341,12 @@ class StatsCache:
         while len(self._entries) > 1 and total > self.max_files:
             _, old = self._entries.popitem(last=False)
             total -= len(old.chunk)
+
+
+def _key(chunk: pa.Array) -> tuple[int, int, int]:
+    """The chunk's memory: validity, offsets and data buffers (kept alive by the entry)."""
+    validity, offsets, data = (b.address if b is not None else 0 for b in chunk.buffers()[:3])
+    return validity, offsets, data
 
 
 def _sliced(entry: _Entry, wanted: list[StatsRequest], start: int, n: int) -> FileStats:
