@@ -20,6 +20,7 @@ from sharing.query import QueryRequest
 from sharing.tokens import ExpiredToken, TokenCodec, TokenError
 
 PAGE_KIND = "query-page"
+STREAM_PAGE_KIND = "stream-page"
 REFRESH_KIND = "query-refresh"
 
 
@@ -30,6 +31,17 @@ class PinnedVersion:
     version: int
     start_index: int = 0
     time_travel: bool = False
+
+
+@dataclass(frozen=True)
+class StreamPosition:
+    """Where a paginated streaming query resumes: its pinned range, the commit and the
+    index of the next file action inside that commit (removes first, then adds)."""
+
+    start: int
+    end: int
+    commit: int
+    index: int
 
 
 def parameters_checksum(request: QueryRequest) -> str:
@@ -71,14 +83,44 @@ class QueryTokens:
         }
         return self._codec.encode(PAGE_KIND, payload, _now_ms() + self._page_ttl_ms)
 
+    def stream_page_token(
+        self, shared: SharedTable, request: QueryRequest, position: StreamPosition
+    ) -> str:
+        payload = {
+            "t": shared.config.id,
+            "s": position.start,
+            "e": position.end,
+            "v": position.commit,
+            "i": position.index,
+            "c": parameters_checksum(request),
+        }
+        return self._codec.encode(STREAM_PAGE_KIND, payload, _now_ms() + self._page_ttl_ms)
+
+    def read_stream_page_token(self, shared: SharedTable, request: QueryRequest) -> StreamPosition:
+        payload = self._checked_page_payload(STREAM_PAGE_KIND, shared, request)
+        fields = [payload.get(k) for k in ("s", "e", "v", "i")]
+        if not all(isinstance(f, int) for f in fields):
+            raise InvalidParameter(f"Error decoding the page token: {request.page_token}.")
+        start, end, commit, index = fields
+        return StreamPosition(start, end, commit, index)  # type: ignore[arg-type]
+
     def refresh_token(self, shared: SharedTable, version: int) -> str:
         payload = {"t": shared.config.id, "v": version}
         return self._codec.encode(REFRESH_KIND, payload, _now_ms() + self._refresh_ttl_ms)
 
     def read_page_token(self, shared: SharedTable, request: QueryRequest) -> PinnedVersion:
+        payload = self._checked_page_payload(PAGE_KIND, shared, request)
+        version, index = payload.get("v"), payload.get("i")
+        if not isinstance(version, int) or not isinstance(index, int):
+            raise InvalidParameter(f"Error decoding the page token: {request.page_token}.")
+        return PinnedVersion(version, index, bool(payload.get("tt")))
+
+    def _checked_page_payload(
+        self, kind: str, shared: SharedTable, request: QueryRequest
+    ) -> dict[str, object]:
         token = request.page_token or ""
         try:
-            payload = self._codec.decode(PAGE_KIND, token)
+            payload = self._codec.decode(kind, token)
         except ExpiredToken:
             raise InvalidParameter(
                 "The page token has expired. Please restart the query."
@@ -94,10 +136,7 @@ class QueryTokens:
                 "Query parameter mismatch detected for the next page query. The query parameter\n"
                 "cannot change when querying the next page results."
             )
-        version, index = payload.get("v"), payload.get("i")
-        if not isinstance(version, int) or not isinstance(index, int):
-            raise InvalidParameter(f"Error decoding the page token: {token}.")
-        return PinnedVersion(version, index, bool(payload.get("tt")))
+        return payload
 
     def read_refresh_token(self, shared: SharedTable, token: str) -> PinnedVersion:
         try:

@@ -24,6 +24,7 @@ from sharing.formats import FILE, FileContext, FormatWriter, TableHead, dumps_li
 from sharing.paging import PinnedVersion, QueryTokens
 from sharing.presign.base import Signer
 from sharing.query import QueryRequest
+from sharing.skipping import apply_limit, filter_files
 from sharing.tables import ResolvedSnapshot, TableService
 
 BATCH_ROWS = 10_000
@@ -118,29 +119,13 @@ def table_head(snapshot: Snapshot, history_shared: bool) -> TableHead:
     )
 
 
-def apply_limit(files: pa.Table, limit: int | None) -> pa.Table:
-    """The leading files whose rows (numRecords minus deleted rows) reach `limit`.
+@dataclass(frozen=True)
+class HintSettings:
+    """Which predicate hints the server evaluates (evaluateJsonPredicateHints,
+    evaluatePredicateHints in the configuration)."""
 
-    Files are taken in order until the running row count reaches the limit; a file
-    without a row count ends the shortcut, and every file from there on is returned."""
-    if limit is None or files.num_rows == 0:
-        return files
-    if limit <= 0:
-        return files.slice(0, 0)
-    stats = files.column("stats").combine_chunks()
-    extracted = pc.extract_regex(stats, r'"numRecords"\s*:\s*(?P<n>\d+)')
-    records = pc.cast(pc.struct_field(extracted, "n"), pa.int64())
-    dvs = files.column("deletionVector").combine_chunks()
-    deleted = pc.fill_null(pc.struct_field(dvs, "cardinality"), 0)
-    unknown_at = pc.index(pc.is_valid(records), False).as_py()
-    stop = files.num_rows if unknown_at < 0 else unknown_at
-    if stop == 0:
-        return files
-    running = pc.cumulative_sum(pc.subtract(records.slice(0, stop), deleted.slice(0, stop)))
-    reached = pc.index(pc.greater_equal(running, limit), True).as_py()
-    if reached < 0:
-        return files
-    return files.slice(0, reached + 1)
+    evaluate_json: bool = True
+    evaluate_sql: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,6 +145,7 @@ def plan_query(
     tokens: QueryTokens,
     page_size_limit: int,
     signer_for: Callable[[Snapshot], Signer],
+    hints: HintSettings = HintSettings(),
 ) -> QueryPlan:
     """Resolve, check and select everything for one snapshot query (or one page of it)."""
     shared, request = inputs.shared, inputs.request
@@ -177,13 +163,25 @@ def plan_query(
     writer = writer_for(response_format)
     head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
     selected = snapshot.files
+    paged = request.max_files is not None or request.page_token is not None
+    if paged:
+        # Pages index into the file list, so its order must not depend on how the snapshot
+        # was built (incrementally in this process, or from a checkpoint in another one).
+        selected = selected.take(pc.sort_indices(selected.column("path")))
+    selected = filter_files(
+        selected,
+        snapshot.metadata,
+        json_hints=request.json_predicate_hints,
+        sql_hints=request.predicate_hints,
+        evaluate_json=hints.evaluate_json,
+        evaluate_sql=hints.evaluate_sql,
+    )
     if not request.predicate_hints and request.json_predicate_hints is None:
-        # With predicates the client filters rows after reading: cutting files by row
-        # count before that filter could drop the very rows it is looking for.
+        # With predicates the client filters rows after reading, and a kept file may
+        # hold no matching row: cutting files by row count could drop the ones it wants.
         selected = apply_limit(selected, request.limit_hint)
 
     start = pinned.start_index if pinned is not None and request.page_token else 0
-    paged = request.max_files is not None or request.page_token is not None
     next_page_token = None
     if paged:
         size = min(request.max_files or page_size_limit, page_size_limit)

@@ -13,15 +13,16 @@ read, deletion vectors in parquet format) run over the whole range before the fi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from deltalog import Snapshot
 from deltalog.actions import Metadata
 from deltalog.actions import Protocol as DeltaProtocol
 from deltalog.changes import DataChangeCommit, data_changes
 from sharing import capabilities
-from sharing.errors import InvalidParameter, UnsupportedOperation
+from sharing.errors import InvalidParameter
 from sharing.formats import ADD, REMOVE, FileContext, FormatWriter, TableHead, writer_for
+from sharing.paging import QueryTokens, StreamPosition
 from sharing.presign.base import Signer
 from sharing.snapshot_query import (
     FileSection,
@@ -35,18 +36,69 @@ from sharing.tables import TableService, require_history
 
 
 def plan_streaming(
-    inputs: QueryInputs, *, tables: TableService, signer_for: Callable[[Snapshot], Signer]
+    inputs: QueryInputs,
+    *,
+    tables: TableService,
+    tokens: QueryTokens,
+    page_size_limit: int,
+    signer_for: Callable[[Snapshot], Signer],
 ) -> QueryPlan:
-    """The plan of a streaming query; every client error is raised here, before streaming."""
+    """The plan of a streaming query (or of one page of it); every client error is raised
+    here, before streaming."""
     shared, request, caps = inputs.shared, inputs.request, inputs.caps
+    require_history(shared)
+    if request.page_token is not None:
+        position = tokens.read_stream_page_token(shared, request)
+    else:
+        position = _first_position(inputs, tables)
+    start, end = position.start, position.end
+
+    snapshot = tables.at_version(shared, start)
+    chosen = capabilities.choose_format(caps, snapshot.protocol, snapshot.metadata)
+    with tables.errors(shared):
+        commits = list(data_changes(tables.delta_table(shared), position.commit, end))
+    _check_range(commits, replace(caps, response_formats=(chosen,)), snapshot, chosen)
+
+    writer = writer_for(chosen)
+    history_shared = shared.config.history_shared
+    head = writer.head_lines(table_head(snapshot, history_shared), version=start)
+    signer = signer_for(snapshot)
+
+    def context(commit: DataChangeCommit) -> FileContext:
+        return FileContext(
+            storage=snapshot.storage,
+            table_root=snapshot.table_root,
+            signer=signer,
+            id_scheme=inputs.file_id_hash or chosen,
+            version=commit.version,
+            timestamp=commit.timestamp,
+        )
+
+    paged = request.max_files is not None or request.page_token is not None
+    budget = min(request.max_files or page_size_limit, page_size_limit) if paged else None
+    pages = _paginate(commits, position, budget)
+    next_token = None
+    if pages.resume is not None:
+        next_token = tokens.stream_page_token(shared, request, pages.resume)
+    historical_protocol = request.include_historical_protocol and chosen == capabilities.DELTA
+    lines = _Lines(writer, snapshot, history_shared, historical_protocol, context)
+    return QueryPlan(
+        version=start,
+        response_format=chosen,
+        head=head,
+        sections=lines.sections(pages.parts, start),
+        writer=writer,
+        end_stream=caps.include_end_stream_action or paged,
+        header_end_stream=caps.include_end_stream_action,
+        next_page_token=next_token,
+    )
+
+
+def _first_position(inputs: QueryInputs, tables: TableService) -> StreamPosition:
+    """The range of a first request, checked with the reference's messages."""
+    shared, request = inputs.shared, inputs.request
     start = request.starting_version
     assert start is not None
-    if request.max_files is not None or request.page_token is not None:
-        raise UnsupportedOperation(
-            "Paginated streaming queries (startingVersion with maxFiles or pageToken) are not "
-            "supported yet by this server."
-        )
-    require_history(shared)
     if start < shared.config.start_version:
         raise InvalidParameter(
             f"You can only query table data since version {shared.config.start_version}."
@@ -68,40 +120,7 @@ def plan_streaming(
             f"table is {latest}."
         )
     end = latest if end is None else end
-
-    snapshot = tables.at_version(shared, start)
-    chosen = capabilities.choose_format(caps, snapshot.protocol, snapshot.metadata)
-    with tables.errors(shared):
-        commits = list(data_changes(tables.delta_table(shared), start, end))
-    _check_range(commits, replace(caps, response_formats=(chosen,)), snapshot, chosen)
-
-    writer = writer_for(chosen)
-    history_shared = shared.config.history_shared
-    head = writer.head_lines(table_head(snapshot, history_shared), version=start)
-    signer = signer_for(snapshot)
-
-    def context(commit: DataChangeCommit) -> FileContext:
-        return FileContext(
-            storage=snapshot.storage,
-            table_root=snapshot.table_root,
-            signer=signer,
-            id_scheme=inputs.file_id_hash or chosen,
-            version=commit.version,
-            timestamp=commit.timestamp,
-        )
-
-    historical_protocol = request.include_historical_protocol and chosen == capabilities.DELTA
-    return QueryPlan(
-        version=start,
-        response_format=chosen,
-        head=head,
-        sections=_sections(
-            commits, start, writer, snapshot, history_shared, historical_protocol, context
-        ),
-        writer=writer,
-        end_stream=caps.include_end_stream_action,
-        header_end_stream=caps.include_end_stream_action,
-    )
+    return StreamPosition(start, end, start, 0)
 
 
 def _check_range(
@@ -119,28 +138,78 @@ def _check_range(
         check_parquet_readable(chosen, commit.adds)
 
 
-def _sections(
-    commits: list[DataChangeCommit],
-    start: int,
-    writer: FormatWriter,
-    snapshot: Snapshot,
-    history_shared: bool,
-    historical_protocol: bool,
-    context: Callable[[DataChangeCommit], FileContext],
-) -> Iterator[Section]:
-    protocol: DeltaProtocol = snapshot.protocol
-    metadata: Metadata = snapshot.metadata
-    for commit in commits:
-        if commit.version > start:
+@dataclass(frozen=True)
+class _Part:
+    """One commit's share of a page: its file actions from `first` (inclusive) to `last`
+    (exclusive), removes first, and whether its metaData/protocol lines belong here."""
+
+    commit: DataChangeCommit
+    first: int
+    last: int
+    with_head: bool
+
+
+@dataclass(frozen=True)
+class _Pages:
+    parts: list[_Part]
+    resume: StreamPosition | None
+
+
+def _paginate(
+    commits: list[DataChangeCommit], position: StreamPosition, budget: int | None
+) -> _Pages:
+    """The commits (and action ranges) of this page, and where the next page starts."""
+    parts: list[_Part] = []
+    left = budget
+    for i, commit in enumerate(commits):
+        total = commit.removes.num_rows + commit.adds.num_rows
+        first = position.index if commit.version == position.commit else 0
+        with_head = first == 0
+        take = total - first if left is None else min(total - first, left)
+        parts.append(_Part(commit, first, first + take, with_head))
+        if left is not None:
+            left -= take
+            if left == 0:
+                if first + take < total:
+                    resume = StreamPosition(
+                        position.start, position.end, commit.version, first + take
+                    )
+                    return _Pages(parts, resume)
+                if i + 1 < len(commits):
+                    following = commits[i + 1].version
+                    return _Pages(parts, StreamPosition(position.start, position.end, following, 0))
+                return _Pages(parts, None)
+    return _Pages(parts, None)
+
+
+@dataclass(frozen=True)
+class _Lines:
+    writer: FormatWriter
+    snapshot: Snapshot
+    history_shared: bool
+    historical_protocol: bool
+    context: Callable[[DataChangeCommit], FileContext]
+
+    def sections(self, parts: list[_Part], start: int) -> Iterator[Section]:
+        protocol: DeltaProtocol = self.snapshot.protocol
+        metadata: Metadata = self.snapshot.metadata
+        for part in parts:
+            commit = part.commit
             protocol = commit.protocol or protocol
             metadata = commit.metadata or metadata
-            head = TableHead(protocol, metadata, None, None, history_shared)
-            if historical_protocol and commit.protocol is not None:
-                yield writer.protocol_line(head, commit.version)
-            if commit.metadata is not None:
-                yield writer.metadata_line(head, commit.version)
-        ctx = context(commit)
-        if commit.removes.num_rows:
-            yield FileSection(commit.removes, ctx, REMOVE)
-        if commit.adds.num_rows:
-            yield FileSection(commit.adds, ctx, ADD)
+            if commit.version > start and part.with_head:
+                head = TableHead(protocol, metadata, None, None, self.history_shared)
+                if self.historical_protocol and commit.protocol is not None:
+                    yield self.writer.protocol_line(head, commit.version)
+                if commit.metadata is not None:
+                    yield self.writer.metadata_line(head, commit.version)
+            ctx = self.context(commit)
+            removes = commit.removes.num_rows
+            low, high = part.first, part.last
+            if low < removes:
+                yield FileSection(commit.removes.slice(low, min(high, removes) - low), ctx, REMOVE)
+            if high > removes:
+                first_add = max(low - removes, 0)
+                yield FileSection(
+                    commit.adds.slice(first_add, high - removes - first_add), ctx, ADD
+                )

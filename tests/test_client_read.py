@@ -96,6 +96,11 @@ TABLES: dict[str, tuple[str, str]] = {
     ),
     "dask_checkpoint": ("dask-deltatable/checkpoint", ""),
     "empty_deleted": ("dask-deltatable/empty1", ""),
+    "dv_47_versions": ("delta/kernel-defaults/basic-dv-with-checkpoint", ""),
+    "dv_deletion_logs": ("delta-rs/table_with_deletion_logs", ""),
+    "dv_inline": ("delta-kernel-rs/data/cdf-table-with-dv", ""),
+    "row_tracking_clustering": ("delta-rs/table_with_liquid_clustering", ""),
+    "v2_checkpoint_dbr": ("delta-rs/checkpoint-v2-table", ""),
     "empty_metadata_only": ("dask-deltatable/empty2", ""),
 }
 
@@ -251,6 +256,21 @@ def test_limit(server: RunningServer, use_delta: bool) -> None:
         _url(server, "basic_append"), limit=2, use_delta_format=use_delta
     )
     assert len(frame) == 2
+
+
+# Row counts from deltalake's QueryBuilder (which applies deletion vectors) on the same tables.
+ROW_COUNTS = {
+    "dv_47_versions": 454,
+    "dv_deletion_logs": 98,
+    "dv_inline": 10,
+    "row_tracking_clustering": 10,
+    "v2_checkpoint_dbr": 44,
+}
+
+
+@pytest.mark.parametrize(("name", "rows"), sorted(ROW_COUNTS.items()))
+def test_feature_tables_row_counts(server: RunningServer, name: str, rows: int) -> None:
+    assert len(delta_sharing.load_as_pandas(_url(server, name))) == rows
 
 
 @pytest.mark.parametrize("use_delta", [True, False])

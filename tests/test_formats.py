@@ -18,7 +18,7 @@ from sharing.formats.delta import DeltaWriter
 from sharing.formats.jsoncols import json_string, json_string_map, lines_to_bytes
 from sharing.formats.parquet import ParquetWriter
 from sharing.presign.base import SignedUrls
-from sharing.snapshot_query import apply_limit
+from sharing.skipping import apply_limit
 
 ROOT = "/data/table"
 EXPIRES = 1_700_000_000_000

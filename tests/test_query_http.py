@@ -42,6 +42,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         {"name": "cm", "location": str(CM)},
         {"name": "cdf", "location": str(CDF), "historyShared": True},
         {"name": "schema_change", "location": str(SCHEMA_CHANGE), "historyShared": True},
+        {"name": "partitioned", "location": str(CORPUS / "levi/dat/basic_partitioned/delta")},
+        {
+            "name": "simple",
+            "location": str(CORPUS / "delta-rs/simple_table"),
+            "historyShared": True,
+        },
         {"name": "missing", "location": str(tmp_path_factory.mktemp("empty"))},
         {
             "name": "corrupt",
@@ -427,6 +433,26 @@ def test_query_limit_hint(server: RunningServer) -> None:
     )
 
 
+def test_query_json_predicate_hints_prune_partitions(server: RunningServer) -> None:
+    everything = lines(post(server, f"{T}/partitioned/query", {}))[2:]
+    hint = orjson.dumps(
+        {
+            "op": "equal",
+            "children": [
+                {"op": "column", "name": "letter", "valueType": "string"},
+                {"op": "literal", "value": "a", "valueType": "string"},
+            ],
+        }
+    ).decode()
+    kept = lines(post(server, f"{T}/partitioned/query", {"jsonPredicateHints": hint}))[2:]
+    assert 0 < len(kept) < len(everything)
+    assert all(f["file"]["partitionValues"] == {"letter": "a"} for f in kept)
+    garbage = lines(
+        post(server, f"{T}/partitioned/query", {"jsonPredicateHints": "bad-predicates"})
+    )
+    assert len(garbage) == len(everything) + 2
+
+
 def test_query_time_travel(server: RunningServer, commit_times: list[int]) -> None:
     response = post(server, f"{T}/basic/query", {"version": "0"})
     assert response.headers["delta-table-version"] == "0"
@@ -648,7 +674,7 @@ def test_query_pages(server: RunningServer) -> None:
     everything = lines(
         post(server, f"{T}/dv/query", {}, headers={"delta-sharing-capabilities": DELTA_CAPS})
     )
-    all_ids = [line["file"]["id"] for line in everything[2:]]
+    all_ids = sorted(line["file"]["id"] for line in everything[2:])
     assert first.headers["delta-sharing-capabilities"] == "responseformat=delta"
     head = first.text.splitlines()[:2]
     seen: list[str] = []
@@ -672,7 +698,8 @@ def test_query_pages(server: RunningServer) -> None:
             {"maxFiles": 3, "pageToken": end["nextPageToken"]},
             headers={"delta-sharing-capabilities": DELTA_CAPS},
         )
-    assert seen == all_ids and pages == -(-len(all_ids) // 3)
+    assert sorted(seen) == all_ids and len(set(seen)) == len(seen)
+    assert pages == -(-len(all_ids) // 3)
 
 
 def test_query_pages_time_travel_keep_version(
@@ -810,8 +837,56 @@ def test_streaming_errors(
     assert_error(post(server, f"{T}/{table}/query", body), 400, "INVALID_PARAMETER_VALUE", fragment)
 
 
-def test_streaming_pagination_not_supported_yet(server: RunningServer) -> None:
-    body = {"startingVersion": 0, "maxFiles": 1}
+@pytest.mark.parametrize(
+    ("table", "page_size"),
+    [
+        ("schema_change", 1),
+        ("schema_change", 2),
+        ("schema_change", 5),
+        ("simple", 7),
+        ("simple", 1),
+    ],
+)
+def test_streaming_pages(server: RunningServer, table: str, page_size: int) -> None:
+    """Paging through a range gives the unpaged lines, in order, with identical heads."""
+    body: dict[str, Any] = {"startingVersion": 0}
+    whole = lines(post(server, f"{T}/{table}/query", body))
+    expected = [_strip_urls(line) for line in whole[2:]]
+    first = post(server, f"{T}/{table}/query", {**body, "maxFiles": page_size})
+    head = first.text.splitlines()[:2]
+    seen: list[dict[str, Any]] = []
+    response = first
+    while True:
+        page = lines(response)
+        assert response.text.splitlines()[:2] == head
+        assert response.headers["delta-table-version"] == "0"
+        files = [line for line in page[2:-1] if "metaData" not in line]
+        assert len(files) <= page_size
+        seen += [_strip_urls(line) for line in page[2:-1]]
+        end = page[-1]["endStreamAction"]
+        if "nextPageToken" not in end:
+            break
+        response = post(
+            server,
+            f"{T}/{table}/query",
+            {**body, "maxFiles": page_size, "pageToken": end["nextPageToken"]},
+        )
+    assert seen == expected
+
+
+def _strip_urls(line: dict[str, Any]) -> dict[str, Any]:
+    for action in line.values():
+        action.pop("url", None)
+        action.pop("expirationTimestamp", None)
+    return line
+
+
+def test_streaming_page_token_is_not_a_snapshot_token(server: RunningServer) -> None:
+    token = _end(post(server, f"{T}/basic/query", {"maxFiles": 1}))["nextPageToken"]
+    body = {"startingVersion": 0, "maxFiles": 1, "pageToken": token}
     assert_error(
-        post(server, f"{T}/basic/query", body), 400, "UNSUPPORTED_OPERATION", "not supported yet"
+        post(server, f"{T}/basic/query", body),
+        400,
+        "INVALID_PARAMETER_VALUE",
+        "Error decoding the page token",
     )

@@ -15,7 +15,13 @@ from sharing.config import ServerConfig
 from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
 from sharing.paging import QueryTokens
 from sharing.presign import TableRef, signer_factory
-from sharing.snapshot_query import QueryInputs, QueryPlan, plan_metadata, plan_query
+from sharing.snapshot_query import (
+    HintSettings,
+    QueryInputs,
+    QueryPlan,
+    plan_metadata,
+    plan_query,
+)
 from sharing.streaming_query import plan_streaming
 from sharing.tables import TableService
 
@@ -136,13 +142,23 @@ def _plan(request: Request, inputs: QueryInputs) -> QueryPlan:
         ttl_seconds=config.pre_signed_url_timeout_seconds,
     )
     if inputs.request.starting_version is not None:
-        return plan_streaming(inputs, tables=table_service(request), signer_for=signers)
+        return plan_streaming(
+            inputs,
+            tables=table_service(request),
+            tokens=_query_tokens(request),
+            page_size_limit=config.query_table_page_size_limit,
+            signer_for=signers,
+        )
     return plan_query(
         inputs,
         tables=table_service(request),
         tokens=_query_tokens(request),
         page_size_limit=config.query_table_page_size_limit,
         signer_for=signers,
+        hints=HintSettings(
+            evaluate_json=config.evaluate_json_predicate_hints,
+            evaluate_sql=config.evaluate_predicate_hints,
+        ),
     )
 
 
