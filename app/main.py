@@ -8,9 +8,13 @@ from fastapi import Depends, FastAPI, Request
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
-from app.routes import files, listing, tables
+from app.routes import credentials, files, listing, queries, tables
+from sharing.async_queries import build_service
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
+from sharing.fileserve import FileServer
+from sharing.paging import QueryTokens
+from sharing.tables import TableService
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
@@ -38,11 +42,23 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.config = config
     app.state.tokens = tokens
     app.state.catalog = Catalog(config, tokens)
+    # What requests share is built once, here: a configuration error stops start-up
+    # instead of failing the first request, and first requests cannot race to build it.
+    app.state.tables = TableService(config)
+    app.state.query_tokens = QueryTokens(
+        tokens,
+        page_ttl_ms=config.query_table_page_token_ttl_ms,
+        refresh_ttl_ms=config.refresh_token_ttl_ms,
+    )
+    app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    app.state.async_queries = build_service(config, app.state.tables, app.state.query_tokens)
 
     authenticated = [Depends(require_bearer_token)]
     prefix = config.endpoint
     app.include_router(listing.router, prefix=prefix, dependencies=authenticated)
     app.include_router(tables.router, prefix=prefix, dependencies=authenticated)
+    app.include_router(credentials.router, prefix=prefix, dependencies=authenticated)
+    app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
     # Signed file URLs carry their own authorisation (the signature), not the bearer token.
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
 

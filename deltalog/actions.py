@@ -159,7 +159,9 @@ class CommitActions:
     streaming queries and the change data feed."""
 
     version: int
-    timestamp: int  # commit timestamp in ms (in-commit timestamp when enabled, else file mtime)
+    # This commit file's own time in ms (its in-commit timestamp when enabled, else the file
+    # mtime), not monotonised: the commit timestamp responses report is deltalog.history's.
+    timestamp: int
     adds: pa.Table  # ADD_SCHEMA
     removes: pa.Table  # REMOVE_SCHEMA
     cdcs: pa.Table  # CDC_SCHEMA

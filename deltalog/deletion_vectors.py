@@ -15,7 +15,7 @@ import threading
 import uuid
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +134,57 @@ def absolute_path(table_root: str, descriptor: DeletionVectorDescriptor, storage
     if descriptor.storage_type == "p":
         return resolve_key(storage, table_root, descriptor.path_or_inline_dv)
     raise DeletionVectorError("an inline deletion vector has no file path")
+
+
+def absolute_paths(
+    table_root: str, descriptors: Sequence[DeletionVectorDescriptor], storage: Storage
+) -> list[str]:
+    """`absolute_path` of many on-disk descriptors, in order. The UUIDs of `u` paths are
+    decoded together by numpy (a response can carry tens of thousands of DVs; decoding
+    them one by one costs several microseconds each)."""
+    paths: list[str | None] = [None] * len(descriptors)
+    uuid_rows = [i for i, d in enumerate(descriptors) if d.storage_type == "u"]
+    if uuid_rows:
+        relatives = _uuid_relative_paths([descriptors[i] for i in uuid_rows])
+        for i, relative in zip(uuid_rows, relatives, strict=True):
+            paths[i] = storage.join(table_root, relative)
+    for i, d in enumerate(descriptors):
+        if paths[i] is None:
+            paths[i] = absolute_path(table_root, d, storage)
+    return paths  # type: ignore[return-value]  # every entry was filled above
+
+
+def _uuid_relative_paths(descriptors: Sequence[DeletionVectorDescriptor]) -> list[str]:
+    """`relative_path` of `u` descriptors in bulk; any irregular one (short, non-ASCII,
+    invalid Z85) sends the batch through `relative_path`, which reports it."""
+    texts = [d.path_or_inline_dv for d in descriptors]
+    n = len(texts)
+    encoded = "".join(t[-_UUID_Z85_LENGTH:] for t in texts)
+    if any(len(t) < _UUID_Z85_LENGTH for t in texts) or not encoded.isascii():
+        return [relative_path(d) for d in descriptors]
+    digits = _Z85_DIGITS[np.frombuffer(encoded.encode("ascii"), np.uint8)].reshape(n, 4, 5)
+    values = digits.astype(np.uint64) @ _Z85_POWERS
+    if (digits == 0xFF).any() or (values > 0xFFFFFFFF).any():
+        return [relative_path(d) for d in descriptors]
+    hexed = _HEX_PAIRS[np.frombuffer(values.astype(">u4").tobytes(), np.uint8)].reshape(n, 32)
+    dashed = np.full((n, 36), ord("-"), np.uint8)
+    for start, end, at in ((0, 8, 0), (8, 12, 9), (12, 16, 14), (16, 20, 19), (20, 32, 24)):
+        dashed[:, at : at + end - start] = hexed[:, start:end]
+    names = dashed.tobytes().decode("ascii")
+    out = []
+    for i, text in enumerate(texts):
+        name = f"deletion_vector_{names[36 * i : 36 * i + 36]}.bin"
+        prefix = text[:-_UUID_Z85_LENGTH]
+        out.append(f"{prefix}/{name}" if prefix else name)
+    return out
+
+
+_Z85_DIGITS = np.full(256, 0xFF, np.uint8)
+_Z85_DIGITS[np.frombuffer(z85.ALPHABET.encode("ascii"), np.uint8)] = np.arange(85)
+_Z85_POWERS = np.array([85**4, 85**3, 85**2, 85, 1], np.uint64)
+_HEX_PAIRS = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), np.uint8).reshape(
+    256, 2
+)
 
 
 def parse_bitmap(data: bytes) -> BitMap64:

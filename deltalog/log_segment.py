@@ -97,8 +97,8 @@ class LogSegment:
     checkpoint: Checkpoint | None
     commits: tuple[tuple[int, FileInfo], ...]
     latest_version: int  # the newest version the listing saw
-    # The commit file of the checkpoint's own version, when it is still there: it gives
-    # the timestamp of a version that is replayed from the checkpoint alone.
+    # The commit file of the checkpoint's own version, when it is still there (listing
+    # information only: commit timestamps are deltalog.history's, see snapshot.py).
     checkpoint_commit: FileInfo | None = None
 
 

@@ -2,11 +2,16 @@
 
 A Snapshot is immutable. `with_commits` builds the next one by applying newer commits
 on top of this one's reconciled state (see replay.py), sharing its Arrow buffers.
+
+Its `timestamp` is not decided here: a commit's timestamp is defined once, by the
+monotonised timeline of `deltalog.history`, which needs the whole log listed. The table
+that builds a snapshot hands it a `CommitClock` onto that timeline, and the timestamp is
+looked up on first use, so loading a snapshot never lists more than its log segment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,20 +26,26 @@ from deltalog.log_segment import LogSegment
 from deltalog.replay import FileState, apply_commits
 from deltalog.storage.base import Storage
 
+CommitClock = Callable[[int, int | None], int]
+"""clock(version, in-commit timestamp already read from that commit or None) -> the
+version's commit timestamp in ms (deltalog.history's definition)."""
+
 
 class Snapshot:
     """The reconciled state of a table at `version`. Construction checks the reader
     protocol, so an unsupported table fails with UnsupportedFeatureError."""
 
     __slots__ = (
+        "_clock",
+        "_in_commit_timestamp",
         "_state",
+        "_timestamp",
         "checkpoint_version",
         "domain_metadata",
         "metadata",
         "protocol",
         "storage",
         "table_root",
-        "timestamp",
         "txns",
         "version",
     )
@@ -45,13 +56,14 @@ class Snapshot:
         storage: Storage,
         table_root: str,
         version: int,
-        timestamp: int,
+        clock: CommitClock,
         protocol: Protocol | None,
         metadata: Metadata | None,
         state: FileState,
         txns: dict[str, int],
         domain_metadata: dict[str, dict[str, Any]],
         checkpoint_version: int | None = None,
+        in_commit_timestamp: int | None = None,
     ) -> None:
         if protocol is None:
             raise CorruptLogError(f"no protocol action found in the log up to version {version}")
@@ -61,13 +73,24 @@ class Snapshot:
         self.storage = storage
         self.table_root = table_root
         self.version = version
-        self.timestamp = timestamp
+        self._clock = clock
+        self._in_commit_timestamp = in_commit_timestamp
+        self._timestamp: int | None = None
         self.protocol = protocol
         self.metadata = metadata
         self._state = state
         self.txns = txns
         self.domain_metadata = domain_metadata
         self.checkpoint_version = checkpoint_version
+
+    @property
+    def timestamp(self) -> int:
+        """The commit timestamp (ms) of this version, the same value timestamp lookups,
+        time-travel responses and change feeds use (monotonised, or in-commit)."""
+        if self._timestamp is None:
+            # Benign race: concurrent first readers compute the same value.
+            self._timestamp = self._clock(self.version, self._in_commit_timestamp)
+        return self._timestamp
 
     @property
     def files(self) -> pa.Table:
@@ -119,13 +142,14 @@ class Snapshot:
             storage=self.storage,
             table_root=self.table_root,
             version=commits[-1].version,
-            timestamp=commits[-1].timestamp,
+            clock=self._clock,
             protocol=protocol,
             metadata=metadata,
             state=apply_commits(self._state, commits),
             txns=txns,
             domain_metadata=domains,
             checkpoint_version=self.checkpoint_version,
+            in_commit_timestamp=commits[-1].in_commit_timestamp,
         )
 
     def __repr__(self) -> str:
@@ -157,20 +181,22 @@ def read_segment_commits(
     return commits
 
 
-def load_snapshot(storage: Storage, table_root: str, segment: LogSegment) -> Snapshot:
-    """Replay `segment` (checkpoint, then commits) into a Snapshot."""
+def load_snapshot(
+    storage: Storage, table_root: str, segment: LogSegment, *, clock: CommitClock
+) -> Snapshot:
+    """Replay `segment` (checkpoint, then commits) into a Snapshot whose timestamp comes
+    from `clock`."""
     if segment.checkpoint is not None:
         cp = read_checkpoint(storage, table_root, segment.checkpoint)
         domains = {k: v for k, v in cp.domain_metadata.items() if not v.get("removed")}
         protocol, metadata = cp.protocol, cp.metadata
         state = FileState.from_base(cp.adds, cp.removes)
         txns, version = dict(cp.txns), cp.version
-        timestamp = segment.checkpoint.files[0].modification_time
         checkpoint_version: int | None = cp.version
     else:
         protocol = metadata = None
         state = FileState.empty()
-        txns, domains, version, timestamp = {}, {}, -1, 0
+        txns, domains, version = {}, {}, -1
         checkpoint_version = None
     commits = read_segment_commits(storage, table_root, segment, metadata)
     for c in commits:
@@ -178,22 +204,19 @@ def load_snapshot(storage: Storage, table_root: str, segment: LogSegment) -> Sna
         metadata = c.metadata or metadata
         txns.update(c.txns)
         _apply_domains(domains, c.domain_metadata)
+    in_commit_timestamp = None
     if commits:
-        version, timestamp = commits[-1].version, commits[-1].timestamp
-    elif segment.checkpoint_commit is not None:
-        timestamp = segment.checkpoint_commit.modification_time
-        if in_commit_timestamps_enabled(metadata):
-            info = segment.checkpoint_commit
-            timestamp = read_commit(storage, table_root, version, info, ict_enabled=True).timestamp
+        version, in_commit_timestamp = commits[-1].version, commits[-1].in_commit_timestamp
     return Snapshot(
         storage=storage,
         table_root=table_root,
         version=version,
-        timestamp=timestamp,
+        clock=clock,
         protocol=protocol,
         metadata=metadata,
         state=apply_commits(state, commits),
         txns=txns,
         domain_metadata=domains,
         checkpoint_version=checkpoint_version,
+        in_commit_timestamp=in_commit_timestamp,
     )

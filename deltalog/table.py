@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from deltalog import history
 from deltalog.actions import CommitActions
 from deltalog.commits import commit_key
 from deltalog.commits import read_commit as _read_commit
@@ -100,6 +101,7 @@ class DeltaTable:
                     self.storage,
                     self.table_root,
                     build_segment(self.storage, self.table_root, version),
+                    clock=self._commit_timestamp,
                 )
             self._remember(snap)
             return snap
@@ -120,7 +122,9 @@ class DeltaTable:
                 self._latest = latest
                 return latest
         segment = build_segment(self.storage, self.table_root)
-        self._latest = load_snapshot(self.storage, self.table_root, segment)
+        self._latest = load_snapshot(
+            self.storage, self.table_root, segment, clock=self._commit_timestamp
+        )
         return self._latest
 
     def _forward_from_cache(self, version: int) -> Snapshot | None:
@@ -140,6 +144,12 @@ class DeltaTable:
         for v in versions:
             snap = snap.with_commits([self._read(v, listing.commits[v], snap)])
         return snap
+
+    def _commit_timestamp(self, version: int, in_commit_timestamp: int | None) -> int:
+        """The clock of this table's snapshots: the history timeline, so a snapshot's
+        timestamp is the one timestamp lookups search. Called lazily, never under the
+        table's lock (the timeline may ask this table for its latest snapshot)."""
+        return history.timeline(self, through=version).timestamp(version, in_commit_timestamp)
 
     def _read(self, version: int, info: FileInfo, before: Snapshot) -> CommitActions:
         return _read_commit(

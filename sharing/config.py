@@ -11,6 +11,7 @@ String values may reference the environment as `${VAR}` or `${VAR:-default}` (`$
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
 import re
@@ -23,6 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+
+from deltalog.errors import DeltaError
+from sharing import storage_options
 
 __all__ = [
     "CURRENT_CONFIG_VERSION",
@@ -75,6 +79,12 @@ class TableConfig:
     id: str
     history_shared: bool = False
     start_version: int = 0
+    # Storage options (backend option names, `storageProfile` merged in), never shown.
+    storage: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+
+    def storage_options(self) -> dict[str, Any] | None:
+        """The options for `deltalog.storage.resolve`, or None for the backend's defaults."""
+        return dict(self.storage) or None
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,8 @@ class ServerConfig:
     public_url: str | None = None
     log_level: str = "INFO"
     strict: bool = False
+    async_query_state_dir: str | None = None  # None: async query state in memory
+    async_query_ttl_seconds: int = 3600
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -148,6 +160,8 @@ class _Parser:
         self.strict = strict
         self.environ = environ
         self.warnings: list[str] = []
+        self.storage_profiles: dict[str, dict[str, Any]] = {}
+        self.profiles_used: set[str] = set()
 
     # -- diagnostics -------------------------------------------------------------------------
 
@@ -281,10 +295,21 @@ _TOP_KEYS = (
     "publicUrl",
     "logLevel",
     "strict",
+    "asyncQueryStateDir",
+    "asyncQueryTtlSeconds",
+    "storageProfiles",
 )
 _SHARE_KEYS = ("name", "schemas")
 _SCHEMA_KEYS = ("name", "tables")
-_TABLE_KEYS = ("name", "location", "id", "historyShared", "startVersion")
+_TABLE_KEYS = (
+    "name",
+    "location",
+    "id",
+    "historyShared",
+    "startVersion",
+    "storage",
+    "storageProfile",
+)
 _AUTH_KEYS = ("bearerToken",)
 _SSL_KEYS = ("selfSigned", "certificateFile", "certificateKeyFile", "certificatePasswordFile")
 
@@ -315,6 +340,7 @@ def _parse_table(
     if not location:
         raise ConfigError("'location' in a table must be provided", path)
     table_id = p.string(raw, "id", path) or default_table_id(share, schema, name)
+    storage = _parse_table_storage(p, raw, path, location)
     return TableConfig(
         name=name,
         location=location,
@@ -323,7 +349,98 @@ def _parse_table(
         start_version=p.integer(
             raw, "startVersion", path, 0, lambda v: v >= 0, "a non-negative integer"
         ),
+        storage=storage,
     )
+
+
+def _storage_values(p: _Parser, raw: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """A storage mapping with `${VAR}` expanded (an empty result leaves the key out); keys
+    still in camelCase. Secrets written inline (not as an environment reference) are a
+    warning: config files get shared."""
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        key_path = _join(path, str(key))
+        if isinstance(value, Mapping) and key == "serviceAccountInfo":
+            values[key] = json.dumps(dict(value))
+        elif isinstance(value, bool | int):
+            values[key] = value
+        elif isinstance(value, str | float):
+            if _snake(str(key)) in storage_options.SECRET_OPTIONS and not _ENV_REF.search(
+                str(value)
+            ):
+                p.warn(
+                    "a secret is written inline; reference an environment variable "
+                    "(${VAR}) instead",
+                    key_path,
+                )
+            expanded = p.expand(str(value), key_path)
+            if expanded:  # `${VAR:-}` with VAR unset leaves the option out
+                values[key] = expanded
+        else:
+            raise ConfigError(f"'{key}' must be a string, number or boolean", key_path)
+    return values
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+
+
+def _parse_storage_profiles(p: _Parser, raw: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    profiles = p.mapping(raw, "storageProfiles", "") or {}
+    parsed: dict[str, dict[str, Any]] = {}
+    for name, body in profiles.items():
+        path = f"storageProfiles.{name}"
+        if not isinstance(body, Mapping):
+            raise ConfigError("a storage profile must be a mapping of storage options", path)
+        parsed[str(name)] = _storage_values(p, body, path)
+    return parsed
+
+
+def _parse_table_storage(
+    p: _Parser, raw: Mapping[str, Any], path: str, location: str
+) -> tuple[tuple[str, Any], ...]:
+    """The table's storage options: its profile's, then its own `storage:` on top; keys
+    checked against the options of the location's cloud, values by the backend."""
+    profile_name = p.string(raw, "storageProfile", path)
+    own = p.mapping(raw, "storage", path)
+    if not profile_name and own is None:
+        return ()
+    merged: dict[str, tuple[Any, str]] = {}
+    if profile_name:
+        if profile_name not in p.storage_profiles:
+            raise ConfigError(
+                f"storage profile '{profile_name}' is not defined in 'storageProfiles'",
+                _join(path, "storageProfile"),
+            )
+        p.profiles_used.add(profile_name)
+        origin = f"storageProfiles.{profile_name}"
+        for key, value in p.storage_profiles[profile_name].items():
+            merged[key] = (value, _join(origin, key))
+    if own is not None:
+        storage_path = _join(path, "storage")
+        for key, value in _storage_values(p, own, storage_path).items():
+            merged[key] = (value, _join(storage_path, key))
+    kind = storage_options.storage_kind(location)
+    if kind is None:
+        raise ConfigError(
+            "storage options apply to s3://, gs://, abfss:// and wasbs:// locations only",
+            _join(path, "storage" if own is not None else "storageProfile"),
+        )
+    names = storage_options.option_names(kind)
+    options: dict[str, Any] = {}
+    for key, (value, key_path) in merged.items():
+        if key not in names:
+            hint = difflib.get_close_matches(key, list(names), n=1)
+            suffix = f"; did you mean '{hint[0]}'?" if hint else ""
+            raise ConfigError(
+                f"unknown {storage_options.describe_kind(kind)} storage option{suffix}", key_path
+            )
+        options[names[key]] = value
+    try:
+        storage_options.check_options(kind, options)
+    except (DeltaError, ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid storage options: {exc}", path) from exc
+    return tuple(sorted(options.items()))
 
 
 def _parse_schema(p: _Parser, raw: Mapping[str, Any], path: str, share: str) -> SchemaConfig:
@@ -492,7 +609,10 @@ def parse_config(
     p.check_keys(raw, _TOP_KEYS, "")
 
     version = _parse_version(p, raw)
+    p.storage_profiles = _parse_storage_profiles(p, raw)
     shares = _parse_shares(p, raw)
+    for unused in sorted(set(p.storage_profiles) - p.profiles_used):
+        p.warn("storage profile is not used by any table", f"storageProfiles.{unused}")
     authorization = _parse_authorization(p, raw)
     ssl = _parse_ssl(p, raw)
 
@@ -546,6 +666,10 @@ def parse_config(
         public_url=_parse_public_url(p, raw),
         log_level=_parse_log_level(p, raw),
         strict=p.strict,
+        async_query_state_dir=(p.string(raw, "asyncQueryStateDir", "") or "").strip() or None,
+        async_query_ttl_seconds=p.integer(
+            raw, "asyncQueryTtlSeconds", "", 3600, positive, "positive"
+        ),
         warnings=tuple(p.warnings),
     )
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from sharing.capabilities import Capabilities
-from sharing.errors import InvalidParameter, MalformedRequest, UnsupportedOperation
+from sharing.errors import InvalidParameter, MalformedRequest
 
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
@@ -123,8 +123,7 @@ def _integer(
 
 
 def validate(request: QueryRequest, caps: Capabilities) -> None:
-    """The reference's parameter checks, in its order (before the table lookup), then a
-    clear 400 for the parts of the protocol this server does not implement yet."""
+    """The reference's parameter checks, in their order (before the table lookup)."""
     travel = [
         request.version is not None,
         request.timestamp is not None,
@@ -150,14 +149,6 @@ def validate(request: QueryRequest, caps: Capabilities) -> None:
         raise InvalidParameter("refreshToken must be used in the first page request.")
     if caps.async_query and not request.idempotency_key:
         raise InvalidParameter("idempotency_key is required for async query.")
-    _reject_unimplemented(request, caps)
-
-
-def _reject_unimplemented(request: QueryRequest, caps: Capabilities) -> None:
-    if caps.async_query:
-        raise UnsupportedOperation(
-            "Asynchronous queries (asyncquery) are not supported yet by this server."
-        )
 
 
 def validate_metadata_params(version: int | None, timestamp: str | None) -> None:

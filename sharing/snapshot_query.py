@@ -21,6 +21,7 @@ from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
 from sharing.errors import SharingError, UnsupportedOperation
 from sharing.formats import FILE, FileContext, FormatWriter, TableHead, dumps_line, writer_for
+from sharing.formats.ids import with_file_ids
 from sharing.paging import PinnedVersion, QueryTokens
 from sharing.presign.base import Signer
 from sharing.query import QueryRequest
@@ -67,8 +68,10 @@ class QueryPlan:
         """The NDJSON body; file lines are formatted and signed one batch at a time.
 
         A failure after the head lines were sent can no longer change the status: a client
-        that expects an end-stream action gets a final one carrying the error, any other
-        client sees the stream cut short."""
+        that declared `includeendstreamaction` gets a final end-stream action carrying the
+        error; for any other client the error propagates and the connection is aborted, so
+        it sees a truncated body rather than a short, well-formed one (an end-stream action
+        it does not check for errors would look like a complete last page)."""
         yield self.head
         min_expiration: int | None = None
         try:
@@ -84,7 +87,7 @@ class QueryPlan:
                     if lines.text:
                         yield lines.text
         except Exception as exc:
-            if not self.end_stream:
+            if not self.header_end_stream:
                 raise
             yield end_stream_error(exc)
             return
@@ -162,7 +165,9 @@ def plan_query(
     check_parquet_readable(response_format, snapshot.files)
     writer = writer_for(response_format)
     head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
-    selected = snapshot.files
+    id_scheme = inputs.file_id_hash or response_format
+    # File ids are hashed once per snapshot (cached) and travel with the rows from here.
+    selected = with_file_ids(snapshot.files, id_scheme)
     paged = request.max_files is not None or request.page_token is not None
     if paged:
         # Pages index into the file list, so its order must not depend on how the snapshot
@@ -198,7 +203,7 @@ def plan_query(
         storage=snapshot.storage,
         table_root=snapshot.table_root,
         signer=signer_for(snapshot),
-        id_scheme=inputs.file_id_hash or response_format,
+        id_scheme=id_scheme,
         version=snapshot.version if resolved.time_travel else None,
         timestamp=resolved.commit_timestamp if resolved.time_travel else None,
     )

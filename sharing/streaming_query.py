@@ -50,7 +50,7 @@ def plan_streaming(
     if request.page_token is not None:
         position = tokens.read_stream_page_token(shared, request)
     else:
-        position = _first_position(inputs, tables)
+        position = first_position(inputs, tables)
     start, end = position.start, position.end
 
     snapshot = tables.at_version(shared, start)
@@ -94,7 +94,7 @@ def plan_streaming(
     )
 
 
-def _first_position(inputs: QueryInputs, tables: TableService) -> StreamPosition:
+def first_position(inputs: QueryInputs, tables: TableService) -> StreamPosition:
     """The range of a first request, checked with the reference's messages."""
     shared, request = inputs.shared, inputs.request
     start = request.starting_version

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import deltalog
 from deltalog import history
@@ -26,6 +27,7 @@ from deltalog.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from deltalog.storage import resolve
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.errors import (
@@ -35,6 +37,7 @@ from sharing.errors import (
     SharingError,
     UnsupportedOperation,
 )
+from sharing.storage_errors import access_denied
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +59,24 @@ class TableService:
     def __init__(self, config: ServerConfig) -> None:
         self._capacity = max(1, config.delta_table_cache_size)
         self._stale_ok = config.staleness_acceptable
-        self._tables: OrderedDict[str, deltalog.DeltaTable] = OrderedDict()
-        self._latest: dict[str, deltalog.Snapshot] = {}
+        self._tables: OrderedDict[_TableKey, deltalog.DeltaTable] = OrderedDict()
+        self._latest: dict[_TableKey, deltalog.Snapshot] = {}
         self._lock = threading.Lock()
 
     # -- tables and snapshots ----------------------------------------------------------------
 
     def delta_table(self, shared: SharedTable) -> deltalog.DeltaTable:
-        """The cached log reader of a shared table's location."""
-        location = shared.config.location
+        """The cached log reader of a shared table's location (with its storage options:
+        the signer reuses the same storage through the snapshot)."""
+        location = _cache_key(shared)
         with self._lock:
             table = self._tables.get(location)
             if table is not None:
                 self._tables.move_to_end(location)
                 return table
         with self.errors(shared):
-            table = deltalog.DeltaTable(location)
+            storage, root = resolve(shared.config.location, shared.config.storage_options())
+            table = deltalog.DeltaTable(root, storage)
         with self._lock:
             table = self._tables.setdefault(location, table)
             self._tables.move_to_end(location)
@@ -82,7 +87,7 @@ class TableService:
 
     def latest(self, shared: SharedTable) -> deltalog.Snapshot:
         """The latest snapshot; with `stalenessAcceptable`, the one read last time."""
-        location = shared.config.location
+        location = _cache_key(shared)
         if self._stale_ok:
             with self._lock:
                 cached = self._latest.get(location)
@@ -176,10 +181,30 @@ class TableService:
         except TimestampOutOfRangeError as exc:
             raise MalformedRequest(str(exc)) from exc
         except (CorruptLogError, DeltaError, OSError) as exc:
+            if access_denied(exc):
+                log.error(
+                    "shared table %s: access to %s denied by the storage service; check the "
+                    "table's storage credentials (%s)",
+                    shared.full_name,
+                    shared.config.location,
+                    exc,
+                )
+                raise SharingError(
+                    "permission denied", status=400, error_code="RESOURCE_DOES_NOT_EXIST"
+                ) from exc
             log.exception(
                 "shared table %s at %s cannot be read", shared.full_name, shared.config.location
             )
             raise SharingError("The table cannot be read; the provider has been notified.") from exc
+
+
+_TableKey = tuple[str, tuple[tuple[str, Any], ...]]
+
+
+def _cache_key(shared: SharedTable) -> _TableKey:
+    """Tables are cached per location and storage options (two tables may read one
+    location with different credentials)."""
+    return shared.config.location, shared.config.storage
 
 
 def require_history(shared: SharedTable) -> None:

@@ -19,6 +19,7 @@ from deltalog.deletion_vectors import (
     BitmapCache,
     DeletionVectorDescriptor,
     absolute_path,
+    absolute_paths,
     keep_mask,
     parse_bitmap,
     read_bitmap,
@@ -295,3 +296,27 @@ def test_corpus_on_disk_dv_files() -> None:
                         assert rows.tolist() == sorted(rows.tolist())
                         read += 1
     assert read > 50
+
+
+def test_absolute_paths_in_bulk_match_one_by_one() -> None:
+    """The numpy decoding of many `u` UUIDs gives exactly `absolute_path` of each, in
+    order, with `p` descriptors mixed in; an invalid one is still reported."""
+    rng = np.random.default_rng(3)
+    descriptors = [
+        DeletionVectorDescriptor(
+            "u",
+            ("ab" if i % 3 else "") + z85.encode(uuid.UUID(bytes=rng.bytes(16)).bytes),
+            36,
+            3,
+            1,
+        )
+        for i in range(300)
+    ]
+    descriptors.insert(7, DeletionVectorDescriptor("p", "file:///abs/dv.bin", 36, 3, 1))
+    storage = LocalStorage()
+    expected = [absolute_path("/t", d, storage) for d in descriptors]
+    assert absolute_paths("/t", descriptors, storage) == expected
+    bad = DeletionVectorDescriptor("u", "ab" + "~" * 20, 36, 3, 1)  # '~' is not Z85
+    with pytest.raises(DeletionVectorError):
+        absolute_paths("/t", [descriptors[0], bad], storage)
+    assert absolute_paths("/t", [], storage) == []

@@ -109,6 +109,39 @@ def test_identical_to_botocore(frozen_botocore, bucket, region, endpoint, style,
     assert signed.expiration_ms == (int(NOW) + 3600) * 1000
 
 
+PLAIN_KEYS = [
+    "date=2024-01-01/region=us-west/part-00000-3810fbe0-9892-431d-bcfd-7de5788dfe8d.parquet",
+    "a==b/c=/=d.parquet",
+    "tilde~dash-under_score.parquet",
+]
+
+
+@pytest.mark.parametrize("extra", [[], ["date=2024-01-02/part 2.parquet"]])
+def test_plain_batches_identical_to_botocore(frozen_botocore, extra: list[str]) -> None:
+    """A batch of unreserved characters, '/' and '=' only takes the bulk path (just '='
+    escaped); one other key sends the whole batch through the general encoder."""
+    keys = PLAIN_KEYS + extra
+    signer = S3Signer(
+        Credentials("AKIAEXAMPLE", "wJalr/K7+MDENG="),
+        region="eu-west-1",
+        table_root="my-bucket/tables/t1",
+        ttl_seconds=3600,
+    )
+    signed = signer.sign([f"my-bucket/tables/t1/{key}" for key in keys], now=NOW)
+    expected = [
+        botocore_url(
+            "my-bucket",
+            f"tables/t1/{key}",
+            region="eu-west-1",
+            token=None,
+            endpoint_url=None,
+            style="virtual",
+        )
+        for key in keys
+    ]
+    assert signed.urls == expected
+
+
 @settings(max_examples=60, deadline=None)
 @given(key=st.text(min_size=1, max_size=40).filter(lambda k: "\x00" not in k))
 def test_identical_to_botocore_for_any_key(key: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 from conftest import CORPUS, corpus_table
 from deltalog_testutil import deltalake_paths, manifest, oracle_keys, our_paths, snapshot_keys
 
-from deltalog import DeltaTable
+from deltalog import DeltaTable, history
 from deltalog.errors import (
     CorruptLogError,
     DeltaError,
@@ -173,14 +173,17 @@ def test_stray_far_version_table() -> None:
 
 def test_snapshot_properties() -> None:
     root = corpus_table("delta-rs/simple_table")
-    snap = DeltaTable(str(root)).snapshot()
+    table = DeltaTable(str(root))
+    snap = table.snapshot()
     import deltalake
 
     actions = pa.table(deltalake.DeltaTable(str(root)).get_add_actions(flatten=True))
     assert snap.size_in_bytes == pc.sum(actions.column("size_bytes")).as_py()
     assert snap.tombstones.num_rows > 0
     latest_commit = root / "_delta_log" / f"{snap.version:020d}.json"
-    assert snap.timestamp == latest_commit.stat().st_mtime_ns // 1_000_000
+    # The history timeline's value: the file time, pushed past earlier commits' times.
+    assert snap.timestamp == history.commit_timestamp(table, snap.version)
+    assert snap.timestamp >= latest_commit.stat().st_mtime_ns // 1_000_000
     assert snap.table_root == str(root)
     assert snap.metadata.id and snap.protocol.min_reader_version == 1
 
@@ -207,10 +210,12 @@ def test_txns_and_domain_metadata() -> None:
 
 def test_checkpoint_snapshot_timestamp_uses_the_commit_file() -> None:
     root = corpus_table("delta-rs/simple_table_with_checkpoint")
-    snap = DeltaTable(str(root)).snapshot()
+    table = DeltaTable(str(root))
+    snap = table.snapshot()
     assert snap.checkpoint_version == 10 and snap.version == 10
+    assert snap.timestamp == history.commit_timestamp(table, 10)
     assert (
-        snap.timestamp == (root / "_delta_log" / f"{10:020d}.json").stat().st_mtime_ns // 1_000_000
+        snap.timestamp >= (root / "_delta_log" / f"{10:020d}.json").stat().st_mtime_ns // 1_000_000
     )
 
 

@@ -65,7 +65,8 @@ def test_end_stream_action_carries_tokens_and_min_expiry() -> None:
 
 
 def test_mid_stream_failure_with_end_stream_action() -> None:
-    lines = b"".join(_plan(Writer(fail_at=2), end_stream=True).body()).splitlines()
+    asked = {"end_stream": True, "header_end_stream": True}
+    lines = b"".join(_plan(Writer(fail_at=2), **asked).body()).splitlines()
     assert lines[:2] == [b"HEAD", b"batch1"]
     assert orjson.loads(lines[2]) == {
         "endStreamAction": {
@@ -74,17 +75,18 @@ def test_mid_stream_failure_with_end_stream_action() -> None:
         }
     }
     client_error = UnsupportedOperation("Table contains absolute paths")
-    lines = b"".join(
-        _plan(Writer(fail_at=1, error=client_error), end_stream=True).body()
-    ).splitlines()
+    lines = b"".join(_plan(Writer(fail_at=1, error=client_error), **asked).body()).splitlines()
     assert orjson.loads(lines[-1])["endStreamAction"] == {
         "errorMessage": "Table contains absolute paths",
         "httpStatusErrorCode": 400,
     }
 
 
-def test_mid_stream_failure_without_end_stream_action_propagates() -> None:
-    body = _plan(Writer(fail_at=2)).body()
+@pytest.mark.parametrize("end_stream", [False, True])
+def test_mid_stream_failure_without_end_stream_action_propagates(end_stream: bool) -> None:
+    # A paged body ends with an end-stream action, but a client that did not declare
+    # includeendstreamaction may not check it for errors: the failure must abort the stream.
+    body = _plan(Writer(fail_at=2), end_stream=end_stream).body()
     assert next(body) == b"HEAD\n" and next(body) == b"batch1\n"
     with pytest.raises(RuntimeError):
         next(body)

@@ -76,6 +76,25 @@ def test_connection_string_and_uri(azurite: str, tables) -> None:  # noqa: F811
     assert AZURITE_KEY not in repr(storage)
 
 
+def test_repr_names_account_and_endpoint_without_secrets() -> None:
+    """deltalog.history keys cached timelines on repr(storage): equal configurations give
+    equal reprs, different clouds or endpoints different ones, and no secret shows."""
+    key = "c2VjcmV0LWtleQ=="
+    public = AzureStorage("acct", {"account_key": key})
+    assert repr(public) == repr(AzureStorage("acct", {"account_key": key}))
+    assert (
+        repr(public)
+        == "AzureStorage(account='acct', endpoint='https://acct.blob.core.windows.net')"
+    )
+    china = AzureStorage("acct", {"account_key": key}, endpoint_suffix="core.chinacloudapi.cn")
+    assert repr(china) != repr(public)
+    emulator = AzureStorage(
+        "acct", {"endpoint": "http://127.0.0.1:10000/acct?sig=abc", "account_key": key}
+    )
+    assert repr(emulator) == "AzureStorage(account='acct', endpoint='http://127.0.0.1:10000/acct')"
+    assert all(key not in repr(s) and "sig=" not in repr(s) for s in (public, china, emulator))
+
+
 @pytest.mark.slow
 def test_transient_errors_are_retried(storage: AzureStorage, tables, monkeypatch) -> None:
     client = storage.container(CONTAINER)

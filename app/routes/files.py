@@ -6,8 +6,6 @@ recipient's Parquet and Delta readers can fetch files like any pre-signed object
 
 from __future__ import annotations
 
-import threading
-
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
@@ -18,18 +16,10 @@ __all__ = ["router"]
 
 router = APIRouter()
 
-_lock = threading.Lock()
-
 
 def _file_server(request: Request) -> FileServer:
-    state = request.app.state
-    server = getattr(state, "file_server", None)
-    if server is None:
-        with _lock:
-            server = getattr(state, "file_server", None)
-            if server is None:
-                server = state.file_server = FileServer(state.catalog, state.config.signing_secret)
-    return server
+    """The app's file server (built by `create_app`)."""
+    return request.app.state.file_server
 
 
 @router.api_route("/files/{share}/{schema}/{table}/{path:path}", methods=["GET", "HEAD"])

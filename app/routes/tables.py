@@ -1,20 +1,24 @@
-"""Table-level APIs: version (GET and deprecated HEAD), metadata, and snapshot queries."""
+"""Table-level APIs: version (GET and deprecated HEAD), metadata, snapshot queries, and
+change data feed queries."""
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from sharing import capabilities, query
+from deltalog import Snapshot
+from sharing import capabilities, cdf_query, query
 from sharing.catalog import Catalog, SharedTable
+from sharing.cdf_query import ChangesInputs, ChangeTokens, plan_changes
 from sharing.config import ServerConfig
 from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
 from sharing.paging import QueryTokens
 from sharing.presign import TableRef, signer_factory
+from sharing.presign.base import Signer
 from sharing.snapshot_query import (
     HintSettings,
     QueryInputs,
@@ -32,19 +36,11 @@ router = APIRouter()
 NDJSON = "application/x-ndjson; charset=utf-8"
 VERSION_HEADER = "Delta-Table-Version"
 _TABLE = "/shares/{share}/schemas/{schema}/tables/{table}"
-_service_lock = threading.Lock()
 
 
 def table_service(request: Request) -> TableService:
-    """The app's TableService (created on first use when the factory did not set one)."""
-    state = request.app.state
-    service = getattr(state, "tables", None)
-    if service is None:
-        with _service_lock:
-            service = getattr(state, "tables", None)
-            if service is None:
-                service = state.tables = TableService(state.config)
-    return service
+    """The app's TableService (built by `create_app`)."""
+    return request.app.state.tables
 
 
 def _lookup(request: Request, share: str, schema: str, table: str) -> SharedTable:
@@ -120,6 +116,10 @@ async def query_table(request: Request, share: str, schema: str, table: str) -> 
     body = query.parse_body(await request.body())
     query.validate(body, caps)
     inputs = QueryInputs(_lookup(request, share, schema, table), body, caps, id_hash)
+    if caps.async_query:
+        from app.routes import queries  # imports this module: import at call time
+
+        return await queries.submit(request, inputs)
     plan = await run_in_threadpool(_plan, request, inputs)
     headers = _headers(plan.version, plan.capabilities_header())
     if id_hash is not None:
@@ -131,16 +131,20 @@ def _headers(version: int, response_capabilities: str) -> dict[str, str]:
     return {VERSION_HEADER: str(version), capabilities.HEADER: response_capabilities}
 
 
-def _plan(request: Request, inputs: QueryInputs) -> QueryPlan:
+def _signers(request: Request, shared: SharedTable) -> Callable[[Snapshot], Signer]:
     config: ServerConfig = request.app.state.config
-    shared = inputs.shared
-    signers = signer_factory(
+    return signer_factory(
         table=TableRef(shared.share, shared.schema, shared.name),
         secret=config.signing_secret,
         base_url=config.public_url or str(request.base_url),
         endpoint=config.endpoint,
         ttl_seconds=config.pre_signed_url_timeout_seconds,
     )
+
+
+def _plan(request: Request, inputs: QueryInputs) -> QueryPlan:
+    config: ServerConfig = request.app.state.config
+    signers = _signers(request, inputs.shared)
     if inputs.request.starting_version is not None:
         return plan_streaming(
             inputs,
@@ -162,14 +166,69 @@ def _plan(request: Request, inputs: QueryInputs) -> QueryPlan:
     )
 
 
-def _query_tokens(request: Request) -> QueryTokens:
+@router.get(_TABLE + "/changes")
+async def table_changes(
+    request: Request,
+    share: str,
+    schema: str,
+    table: str,
+    starting_version: Annotated[str | None, Query(alias="startingVersion")] = None,
+    starting_timestamp: Annotated[str | None, Query(alias="startingTimestamp")] = None,
+    ending_version: Annotated[str | None, Query(alias="endingVersion")] = None,
+    ending_timestamp: Annotated[str | None, Query(alias="endingTimestamp")] = None,
+    include_historical_metadata: Annotated[
+        str | None, Query(alias="includeHistoricalMetadata")
+    ] = None,
+    include_historical_protocol: Annotated[
+        str | None, Query(alias="includeHistoricalProtocol")
+    ] = None,
+    max_files: Annotated[str | None, Query(alias="maxFiles")] = None,
+    page_token: Annotated[str | None, Query(alias="pageToken")] = None,
+) -> Response:
+    caps = capabilities.parse(request.headers.get(capabilities.HEADER))
+    id_hash = parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
+    params = cdf_query.parse_params(
+        starting_version=starting_version,
+        starting_timestamp=starting_timestamp,
+        ending_version=ending_version,
+        ending_timestamp=ending_timestamp,
+        include_historical_metadata=include_historical_metadata,
+        include_historical_protocol=include_historical_protocol,
+        max_files=max_files,
+        page_token=page_token,
+    )
+    inputs = ChangesInputs(_lookup(request, share, schema, table), params, caps, id_hash)
+    plan = await run_in_threadpool(_plan_changes, request, inputs)
+    headers = _headers(plan.version, plan.capabilities_header())
+    if id_hash is not None:
+        headers[FILE_ID_HASH_HEADER] = id_hash
+    return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
+
+
+def _plan_changes(request: Request, inputs: ChangesInputs) -> QueryPlan:
+    config: ServerConfig = request.app.state.config
+    return plan_changes(
+        inputs,
+        tables=table_service(request),
+        tokens=_change_tokens(request),
+        page_size_limit=config.query_table_page_size_limit,
+        signer_for=_signers(request, inputs.shared),
+    )
+
+
+def _change_tokens(request: Request) -> ChangeTokens:
     state = request.app.state
-    tokens = getattr(state, "query_tokens", None)
+    tokens = getattr(state, "change_tokens", None)
     if tokens is None:
         config: ServerConfig = state.config
-        tokens = state.query_tokens = QueryTokens(
+        tokens = state.change_tokens = ChangeTokens(
             state.tokens,
             page_ttl_ms=config.query_table_page_token_ttl_ms,
             refresh_ttl_ms=config.refresh_token_ttl_ms,
         )
     return tokens
+
+
+def _query_tokens(request: Request) -> QueryTokens:
+    """The app's page and refresh token codec (built by `create_app`)."""
+    return request.app.state.query_tokens

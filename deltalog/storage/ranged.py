@@ -39,6 +39,10 @@ class RangedFile(io.RawIOBase):
         self._lock = threading.Lock()
         self.name = name
 
+    def __repr__(self) -> str:
+        """The object and read-ahead only: the same for every view of one object."""
+        return f"RangedFile(name={self.name!r}, size={self._size}, read_ahead={self._read_ahead})"
+
     def readable(self) -> bool:
         return True
 

@@ -8,10 +8,10 @@ column-wise string kernels (see `jsoncols`).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,11 +21,12 @@ from deltalog.actions import Protocol as DeltaProtocol
 from deltalog.paths import resolve_key
 from deltalog.storage.base import Storage
 from sharing.errors import InvalidParameter
+from sharing.formats.ids import ID_HASHES, compute_ids, id_column
 from sharing.presign.base import Signer
 
 FILE_ID_HASH_HEADER = "fileidhash"
 FILE, ADD, REMOVE = "file", "add", "remove"
-ID_HASHES = {"parquet": hashlib.md5, "delta": hashlib.sha256}
+CDC = "cdf"  # change data files of a change data feed (the `cdc` action of the log)
 _ABSOLUTE_OR_ENCODED = r"%|^/|^[A-Za-z][A-Za-z0-9+.\-]+:"
 
 
@@ -87,8 +88,8 @@ class FormatWriter(Protocol):
 
     def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
         """The lines of a batch of file actions: active files of a snapshot (`file`,
-        ADD_SCHEMA), or the `add` (ADD_SCHEMA) / `remove` (REMOVE_SCHEMA) actions of a
-        streaming range."""
+        ADD_SCHEMA), the `add` (ADD_SCHEMA) / `remove` (REMOVE_SCHEMA) actions of a
+        streaming or change data feed range, or its change data files (`CDC`, CDC_SCHEMA)."""
         ...
 
 
@@ -99,24 +100,50 @@ def dumps_line(obj: object) -> bytes:
 
 def file_ids(paths: pa.Array, id_scheme: str) -> pa.Array:
     """Hex digests of the raw log paths: md5 for the parquet scheme, sha256 for delta."""
-    digest = ID_HASHES[id_scheme]
-    raw = paths.cast(pa.binary()).to_pylist()  # UTF-8 bytes without a Python str round trip
-    # The digest names a file; it protects nothing (hence usedforsecurity=False, for FIPS).
-    return pa.array([digest(p, usedforsecurity=False).hexdigest() for p in raw], pa.string())
+    return compute_ids(paths, id_scheme)
+
+
+def batch_file_ids(batch: pa.RecordBatch, id_scheme: str) -> pa.Array:
+    """The ids of a batch's files: the column a query plan attached from the per-snapshot
+    cache (see sharing.formats.ids) when there is one, else hashed now."""
+    name = id_column(id_scheme)
+    if name in batch.schema.names:
+        return batch.column(name)
+    return compute_ids(batch.column("path"), id_scheme)
 
 
 def storage_keys(paths: pa.Array, storage: Storage, table_root: str) -> list[str]:
     """Storage keys of log paths; plain relative paths (the common case) are joined in bulk,
     percent-encoded or absolute ones are resolved one by one."""
     prefix = storage.join(table_root, "")
+    # to_numpy(...).tolist() makes the Python strings ~6x faster than to_pylist().
+    keys = pc.binary_join_element_wise(prefix, paths, "").to_numpy(zero_copy_only=False).tolist()
+    if _plainly_relative(paths):
+        return keys
     special = pc.match_substring_regex(paths, _ABSOLUTE_OR_ENCODED)
-    if not pc.any(special).as_py():
-        return pc.binary_join_element_wise(prefix, paths, "").to_pylist()
-    keys = pc.binary_join_element_wise(prefix, paths, "").to_pylist()
     raw = paths.to_pylist()
     for i in pc.indices_nonzero(special).to_pylist():
         keys[i] = resolve_key(storage, table_root, raw[i])
     return keys
+
+
+def _plainly_relative(paths: pa.Array) -> bool:
+    """True when no path can be special: none holds '%' or ':' (needed by an encoded or a
+    scheme-qualified path) or starts with '/'. One numpy pass over the bytes, far cheaper
+    than the regex, which then only runs on tables that have such characters at all."""
+    if not isinstance(paths, pa.StringArray) or paths.null_count:
+        return False
+    n = len(paths)
+    buffers = paths.buffers()
+    if n == 0 or buffers[2] is None:
+        return True
+    offsets = np.frombuffer(buffers[1], np.int32, n + 1, paths.offset * 4)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = np.frombuffer(buffers[2], np.uint8, last - first, first)
+    if (data == ord("%")).any() or (data == ord(":")).any():
+        return False
+    starts = offsets[:-1][offsets[:-1] < offsets[1:]] - first  # non-empty paths
+    return not (data[starts] == ord("/")).any()
 
 
 def writer_for(response_format: str) -> FormatWriter:

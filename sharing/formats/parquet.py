@@ -1,4 +1,5 @@
-"""The parquet response format: flat `file` lines with `url`, for every Delta Sharing client.
+"""The parquet response format: flat `file` lines with `url`, for every Delta Sharing client
+(`add`, `remove` and `cdf` lines in streaming and change data feed responses).
 
 Only tables readable as plain parquet reach this writer (capabilities.choose_format
 refuses deletion vectors and column mapping), so the protocol line is always reader
@@ -12,13 +13,14 @@ import pyarrow.compute as pc
 
 from deltalog.schema import clean_schema_for_sharing
 from sharing.formats import (
+    CDC,
     FILE,
     REMOVE,
     FileContext,
     FileLines,
     TableHead,
+    batch_file_ids,
     dumps_line,
-    file_ids,
     storage_keys,
 )
 from sharing.formats.jsoncols import (
@@ -53,12 +55,13 @@ class ParquetWriter:
             return FileLines(b"", None)
         paths = batch.column("path")
         signed = ctx.signer.sign(storage_keys(paths, ctx.storage, ctx.table_root))
-        stats = None if action == REMOVE else batch.column("stats")
+        # Removes and change data files carry no stats for the client to use.
+        stats = None if action in (REMOVE, CDC) else batch.column("stats")
         pieces = [
             f'{{"{action}":{{"url":',
             json_string(pa.array(signed.urls, pa.string())),
             ',"id":"',
-            file_ids(paths, ctx.id_scheme),
+            batch_file_ids(batch, ctx.id_scheme),
             '","partitionValues":',
             json_string_map(batch.column("partitionValues")),
             field("size", json_number(pc.fill_null(batch.column("size"), 0))),

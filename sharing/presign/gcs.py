@@ -121,9 +121,10 @@ class GcsSigner:
         *,
         table_root: str,
         ttl_seconds: int,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str | None = None,
     ) -> GcsSigner:
-        """HMAC signing when the options hold an HMAC key, else RSA with the service account."""
+        """HMAC signing when the options hold an HMAC key, else RSA with the service account.
+        URLs point at `endpoint`, else the storage's own (an emulator), else Google's."""
         options = storage.options
         key: RsaKey | HmacKey
         if options.hmac_access_id and options.hmac_secret:
@@ -135,6 +136,7 @@ class GcsSigner:
                 "signing GCS URLs needs a service account key (service_account_file or "
                 "service_account_info) or an HMAC key (hmac_access_id, hmac_secret)"
             )
+        endpoint = endpoint or options.endpoint or DEFAULT_ENDPOINT
         return cls(key, table_root=table_root, ttl_seconds=ttl_seconds, endpoint=endpoint)
 
     def _finisher(self, datestamp: str) -> tuple[str, str, Callable[[bytes], str]]:

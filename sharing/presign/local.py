@@ -20,6 +20,7 @@ from urllib.parse import quote
 from sharing.errors import UnsupportedOperation
 from sharing.presign.base import SignedUrls
 from sharing.presign.prepared_hmac import PreparedHmac
+from sharing.presign.url_paths import all_plain
 
 _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
 _KEY_LABEL = b"lakeshare/local-file-url/v1"
@@ -83,12 +84,17 @@ class LocalSigner:
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
         expires = int(time.time() * 1000) + self._ttl_ms
-        mac, root, url_prefix = self._mac.hexdigest, self._root_prefix, self._url_prefix
+        inner_state, outer_state = self._mac.states()
+        # Every message starts with the expiry: it is hashed into the inner state once.
+        expiry_state = inner_state()
+        expiry_state.update(f"{expires}\x00".encode())
+        with_expiry = expiry_state.copy
+        root, url_prefix = self._root_prefix, self._url_prefix
         cut = len(root)
         urls: list[str] = []
         append = urls.append
-        safe = _URL_SAFE_PATH.match
-        exp_prefix = f"{expires}\x00"
+        # A batch of plain keys (nearly always) needs no per-key check for quoting.
+        safe = None if all_plain(keys) else _URL_SAFE_PATH.match
         query = f"?exp={expires}&sp=r&sig="
         for storage_key in keys:
             if not storage_key.startswith(root):
@@ -96,7 +102,10 @@ class LocalSigner:
                     "Table contains absolute paths and cannot be shared through delta sharing"
                 )
             relative = storage_key[cut:]
-            sig = mac((exp_prefix + relative).encode())
-            path = relative if safe(relative) else quote(relative, safe="/=")
-            append(url_prefix + path + query + sig)
+            inner = with_expiry()
+            inner.update(relative.encode())
+            outer = outer_state()
+            outer.update(inner.digest())
+            path = relative if safe is None or safe(relative) else quote(relative, safe="/=")
+            append(url_prefix + path + query + outer.hexdigest())
         return SignedUrls(urls=urls, expiration_ms=expires)

@@ -8,6 +8,8 @@ about 2.5x cheaper on these machines (1.4 µs vs 3.5 µs per 200-byte message).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from typing import Any
 
 _BLOCK = 64  # SHA-256 block size in bytes
 
@@ -23,6 +25,11 @@ class PreparedHmac:
         padded = key.ljust(_BLOCK, b"\x00")
         self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in padded))
         self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in padded))
+
+    def states(self) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        """The `copy` methods of the padded inner and outer SHA-256 states, for signing
+        loops that inline the HMAC: `o = outer(); o.update(inner_with_message.digest())`."""
+        return self._inner.copy, self._outer.copy
 
     def digest(self, message: bytes) -> bytes:
         inner = self._inner.copy()

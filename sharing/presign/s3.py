@@ -27,7 +27,7 @@ from deltalog.storage.s3 import S3Storage, split_key
 from sharing.errors import SharingError, UnsupportedOperation
 from sharing.presign.base import SignedUrls
 from sharing.presign.prepared_hmac import PreparedHmac
-from sharing.presign.url_paths import PathEncoder
+from sharing.presign.url_paths import PathEncoder, all_plain
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_EXPIRES = 7 * 24 * 3600  # SigV4 query auth refuses anything longer
@@ -142,7 +142,8 @@ class S3Signer:
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
         datestamp = amz_date[:8]
         scope = f"{datestamp}/{self._region}/s3/aws4_request"
-        mac = _prepared(signing_key(frozen.secret_key, datestamp, self._region)).hexdigest
+        prepared = _prepared(signing_key(frozen.secret_key, datestamp, self._region))
+        inner_state, outer_state = prepared.states()
 
         credential = _encode_query_value(f"{frozen.access_key}/{scope}")
         head = (
@@ -161,20 +162,29 @@ class S3Signer:
         request_tail = f"\n{canonical_query}\nhost:{endpoint.host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign_head = f"{ALGORITHM}\n{amz_date}\n{scope}\n"
         base = endpoint.base
+        # The string to sign starts with the same head for every URL: hashed in once.
+        head_state = inner_state()
+        head_state.update(to_sign_head.encode())
+        with_head = head_state.copy
 
         root, cut = self._root_prefix, len(self._bucket_prefix)
         sha256 = hashlib.sha256
-        encode = self._encode_path
+        # Keys of unreserved characters, '/' and '=' (nearly all Delta paths) are encoded by
+        # escaping '='; any other batch goes through the general encoder key by key.
+        encode = None if all_plain(keys) else self._encode_path
         urls: list[str] = []
         append = urls.append
+        # One SHA-256 and one HMAC (two copied states) per URL, nothing else per key.
         for key in keys:
             if not key.startswith(root):
                 raise UnsupportedOperation(
                     "Table contains absolute paths and cannot be shared through delta sharing"
                 )
-            name = key[cut:]
-            path = encode(name)
+            path = key[cut:].replace("=", "%3D") if encode is None else encode(key[cut:])
             digest = sha256(f"{request_head}{path}{request_tail}".encode()).hexdigest()
-            signature = mac(f"{to_sign_head}{digest}".encode())
-            append(f"{base}{path}{url_query}{signature}")
+            inner = with_head()
+            inner.update(digest.encode())
+            outer = outer_state()
+            outer.update(inner.digest())
+            append(f"{base}{path}{url_query}{outer.hexdigest()}")
         return SignedUrls(urls=urls, expiration_ms=(seconds + expires) * 1000)

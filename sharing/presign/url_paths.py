@@ -9,10 +9,22 @@ distinct directory once and the file name only when it holds a reserved characte
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from urllib.parse import quote
 
 _UNRESERVED = re.compile(r"[A-Za-z0-9._~/-]*\Z")
+_PLAIN = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
 _MAX_CACHED_DIRECTORIES = 65_536
+
+
+def all_plain(keys: Sequence[str]) -> bool:
+    """Whether every key holds only unreserved characters, '/' and '='.
+
+    Delta data paths almost always do (`date=2024-01-01/part-...parquet`). One regex over
+    the joined batch decides it for all keys at once, so signers can skip the per-key
+    encoding checks: such a key needs no encoding but of '=' (and none at all in URLs
+    that keep '=' literal)."""
+    return _PLAIN.match("".join(keys)) is not None
 
 
 class PathEncoder:

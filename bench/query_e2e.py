@@ -1,0 +1,251 @@
+"""End-to-end `/query` time for a 100,000-file table on S3 (moto), over real HTTP.
+
+    .venv/bin/python bench/query_e2e.py [--files 100000] [--runs 3]
+
+Generates a table whose log is one classic checkpoint with `--files` adds (the generator of
+bench/snapshot_load.py), uploads its `_delta_log` to a moto S3 server on 127.0.0.1 (the data
+files are not needed: the server only signs their URLs), starts the real server
+(`lakeshare serve`) in its own process and times full `POST /query` responses, streamed
+with httpx: time to the first line and to the last byte, in parquet and delta format, for
+the first request (for each table's first format it includes loading the snapshot) and
+warm (best of `--runs`).
+
+Baselines in the same run: the same table on local disk (URLs signed by the server itself)
+and botocore's `generate_presigned_url` for the same number of keys (timed on a share and
+extrapolated). Goal: the S3 table streams completely in under 1.5 s (warm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import boto3
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from snapshot_load import write_table  # noqa: E402
+
+TOKEN = "bench-bearer-token-0123456789"
+SECRET = "bench-signing-secret-0123456789abcdef"
+BUCKET = "bench-bucket"
+PREFIX = "warehouse/big"
+BOTO_SHARE = 10  # botocore signs 1/BOTO_SHARE of the keys; its time is extrapolated
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with {process.returncode}")
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout}s")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def start_moto(workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    binary = Path(sys.executable).with_name("moto_server")
+    log = open(workdir / "moto.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    process = subprocess.Popen(
+        [str(binary), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    wait_http(endpoint, process)
+    return endpoint, process
+
+
+def upload_log(endpoint: str, table: Path) -> None:
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    )
+    client.create_bucket(Bucket=BUCKET)
+    for path in sorted((table / "_delta_log").iterdir()):
+        client.upload_file(str(path), BUCKET, f"{PREFIX}/_delta_log/{path.name}")
+
+
+def write_config(path: Path, endpoint: str, local_table: Path) -> None:
+    tables = [
+        {
+            "name": "s3",
+            "location": f"s3a://{BUCKET}/{PREFIX}",
+            "storage": {
+                "endpointUrl": endpoint,
+                "pathStyle": True,
+                "region": "us-east-1",
+                "accessKeyId": "bench",
+                "secretAccessKey": "${BENCH_SECRET_KEY}",
+            },
+        },
+        {"name": "local", "location": str(local_table)},
+    ]
+    config = {
+        "version": 1,
+        "authorization": {"bearerToken": TOKEN},
+        "signingSecret": SECRET,
+        "queryTablePageSizeLimit": 1_000_000,
+        "requestTimeoutSeconds": 0,
+        "logLevel": "WARNING",
+        "shares": [{"name": "bench", "schemas": [{"name": "s", "tables": tables}]}],
+    }
+    path.write_text(json.dumps(config))  # JSON is YAML
+
+
+def start_server(config: Path, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    lakeshare = Path(sys.executable).with_name("lakeshare")
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    process = subprocess.Popen(
+        [
+            str(lakeshare),
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "BENCH_SECRET_KEY": "bench"},
+    )
+    base = f"http://127.0.0.1:{port}/delta-sharing"
+    wait_http(f"{base}/shares", process)
+    return base, process
+
+
+def timed_query(client: httpx.Client, base: str, table: str, fmt: str) -> tuple[float, float, int]:
+    """(seconds to the first line, seconds to the last byte, lines) of one full query."""
+    headers = {
+        "Authorization": f"Bearer {TOKEN}",
+        "delta-sharing-capabilities": f"responseformat={fmt}",
+    }
+    url = f"{base}/shares/bench/schemas/s/tables/{table}/query"
+    start = time.perf_counter()
+    first = None
+    lines = 0
+    with client.stream("POST", url, headers=headers, json={}) as response:
+        response.raise_for_status()
+        for chunk in response.iter_bytes():
+            if first is None and b"\n" in chunk:
+                first = time.perf_counter() - start
+            lines += chunk.count(b"\n")
+    total = time.perf_counter() - start
+    return first or total, total, lines
+
+
+def boto3_presign_seconds(files: int) -> float:
+    """botocore's generate_presigned_url for `files` keys (timed on a share)."""
+    client = boto3.client(
+        "s3",
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        config=boto3.session.Config(s3={"addressing_style": "path"}, signature_version="s3v4"),
+    )
+    count = max(1, files // BOTO_SHARE)
+    start = time.perf_counter()
+    for i in range(count):
+        client.generate_presigned_url(
+            "get_object",
+            Params={
+                "Bucket": BUCKET,
+                "Key": f"{PREFIX}/part={i % 100}/part-{i}-c000.snappy.parquet",
+            },
+            ExpiresIn=3600,
+        )
+    return (time.perf_counter() - start) * files / count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    workdir = Path(tempfile.mkdtemp(prefix="lakeshare-query-bench-"))
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        table = workdir / "big"
+        t0 = time.perf_counter()
+        write_table(table, args.files, 0)
+        print(f"generated a {args.files:,}-file table in {time.perf_counter() - t0:.1f} s")
+        endpoint, moto = start_moto(workdir)
+        processes.append(moto)
+        upload_log(endpoint, table)
+        config = workdir / "config.yaml"
+        write_config(config, endpoint, table)
+        base, server = start_server(config, workdir)
+        processes.append(server)
+
+        print(
+            f"\n{'table':<6} {'format':<8} {'run':<5} {'first line':>11} {'total':>8} {'lines':>9}"
+        )
+        results: dict[tuple[str, str], float] = {}
+        with httpx.Client(timeout=120) as client:
+            for name in ("s3", "local"):
+                for fmt in ("parquet", "delta"):
+                    runs = [timed_query(client, base, name, fmt) for _ in range(args.runs + 1)]
+                    cold, warm = runs[0], min(runs[1:], key=lambda r: r[1])
+                    for label, (first, total, lines) in (("first", cold), ("warm", warm)):
+                        print(
+                            f"{name:<6} {fmt:<8} {label:<5} {first * 1000:>9.0f}ms "
+                            f"{total:>7.2f}s {lines:>9,}"
+                        )
+                    results[(name, fmt)] = warm[1]
+        boto = boto3_presign_seconds(args.files)
+        print(
+            f"\nbotocore generate_presigned_url for {args.files:,} keys: {boto:.2f} s "
+            f"(timed on {args.files // BOTO_SHARE:,}, extrapolated)"
+        )
+        worst = max(results[("s3", "parquet")], results[("s3", "delta")])
+        verdict = "met" if worst < 1.5 else "NOT met"
+        print(f"goal: S3 table streams completely in under 1.5 s (warm): {verdict} ({worst:.2f} s)")
+    finally:
+        for process in reversed(processes):
+            stop(process)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

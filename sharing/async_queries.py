@@ -1,0 +1,420 @@
+"""Async queries (`asyncquery=true`): plan in the background, hand out a query id, let the
+client poll `POST .../queries/{queryId}` for the result.
+
+Submitting a query checks the request (as a synchronous query would, before the table is
+read), records it under the client's idempotency key and starts planning it on a small
+thread pool: resolve the version, pin it, check everything a synchronous query checks and
+compute the filtered file set. What is kept is small: the pinned version (or the pinned
+range of a streaming query) and the request. A result page is then exactly a page of the
+synchronous query pinned there: the first page starts from a page token minted from the
+pin, later pages use the `nextPageToken` of the previous one, so versions, filters, limits
+and page tokens behave as they do for `POST .../query` with `maxFiles`.
+
+Query ids are random (unguessable) and bound to their table. State lives in a
+`QueryStore`, shared by the worker processes of a host (sqlite) or by replicas (a database
+store), and expires after a configurable TTL. A query whose planner died (its process was
+stopped) is planned again by the next process that sees it once its lease has run out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from sharing import capabilities
+from sharing.capabilities import Capabilities
+from sharing.catalog import SharedTable
+from sharing.config import ServerConfig
+from sharing.errors import InvalidParameter, MalformedRequest, ResourceNotFound, SharingError
+from sharing.formats import dumps_line
+from sharing.paging import PinnedVersion, QueryTokens, StreamPosition, parameters_checksum
+from sharing.query import QueryRequest
+from sharing.query_store import FAILED, PENDING, QueryStore, SqliteQueryStore, StoredQuery
+from sharing.snapshot_query import QueryInputs, QueryPlan
+from sharing.streaming_query import first_position
+from sharing.tables import TableService, require_history
+
+__all__ = [
+    "AsyncQueryFailed",
+    "AsyncQueryService",
+    "AsyncResult",
+    "Planner",
+    "PollRequest",
+    "build_service",
+    "parse_poll_body",
+    "pending_capabilities",
+    "status_line",
+]
+
+log = logging.getLogger(__name__)
+
+Planner = Callable[[QueryInputs], QueryPlan]
+
+# A planner that has not finished after this long is presumed dead (its process stopped)
+# and another process may plan the query again; planning twice is harmless.
+PLANNING_LEASE_MS = 5 * 60_000
+PLANNING_THREADS = 4
+_INT32_MAX = 2**31 - 1
+_INTERNAL_MESSAGE = "Internal error while planning the query."
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- the poll request ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PollRequest:
+    """The body of `POST .../queries/{queryId}` (camelCase or snake_case names)."""
+
+    query_id: str | None = None
+    max_files: int | None = None
+    page_token: str | None = None
+
+
+def parse_poll_body(body: bytes) -> PollRequest:
+    """Parse and check a poll body; empty means `{}`."""
+    if not body.strip():
+        return PollRequest()
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequest(f"Invalid JSON in the request body: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MalformedRequest("Expected an object for GetQueryTableInfoRequest")
+    max_files = _field(data, "maxFiles", "max_files")
+    if max_files is not None:
+        if isinstance(max_files, str) and max_files.strip().lstrip("-").isdigit():
+            max_files = int(max_files)
+        if isinstance(max_files, bool) or not isinstance(max_files, int):
+            raise MalformedRequest(f"Not a numeric value: {max_files}")
+        if max_files > _INT32_MAX:
+            raise MalformedRequest("Not an int32 value")
+        if max_files <= 0:
+            raise InvalidParameter("maxFiles must be positive.")
+    return PollRequest(
+        query_id=_text(data, "queryId", "query_id"),
+        max_files=max_files,
+        page_token=_text(data, "pageToken", "page_token"),
+    )
+
+
+def _field(data: dict[str, Any], json_name: str, proto_name: str) -> Any:
+    value = data.get(json_name)
+    return data.get(proto_name) if value is None else value
+
+
+def _text(data: dict[str, Any], json_name: str, proto_name: str) -> str | None:
+    value = _field(data, json_name, proto_name)
+    if value is None or isinstance(value, str):
+        return value
+    raise MalformedRequest(f"Expected a string for field {json_name} of GetQueryTableInfoRequest")
+
+
+# -- responses -------------------------------------------------------------------------------
+
+
+def status_line(query_id: str, status: str = PENDING) -> bytes:
+    """The NDJSON line of a query that has no result to show yet."""
+    return dumps_line({"queryStatus": {"queryId": query_id, "status": status}})
+
+
+class AsyncQueryFailed(SharingError):
+    """Polling a query whose planning failed: the error the synchronous query would have
+    answered, with its status, code and message."""
+
+    def __init__(self, query_id: str, error: dict[str, Any]) -> None:
+        super().__init__(
+            str(error.get("message", _INTERNAL_MESSAGE)),
+            status=int(error.get("status", 500)),
+            error_code=str(error.get("errorCode", "INTERNAL_ERROR")),
+        )
+        self.query_id = query_id
+
+    @classmethod
+    def from_stored(cls, stored: StoredQuery) -> AsyncQueryFailed:
+        return cls(stored.query_id, orjson.loads(stored.error or "{}"))
+
+    def body(self) -> dict[str, Any]:  # type: ignore[override]
+        return {
+            **super().body(),
+            "queryStatus": {
+                "queryId": self.query_id,
+                "status": FAILED,
+                "errorMessage": self.message,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class AsyncResult:
+    """A page of a finished query, and the file id hash its submission asked for."""
+
+    plan: QueryPlan
+    file_id_hash: str | None
+
+
+# -- what is stored --------------------------------------------------------------------------
+
+
+def _encode_inputs(inputs: QueryInputs) -> str:
+    caps = inputs.caps
+    return orjson.dumps(
+        {
+            "request": dataclasses.asdict(inputs.request),
+            "formats": list(caps.response_formats),
+            "features": sorted(caps.reader_features),
+            "endStream": caps.include_end_stream_action,
+            "fileIdHash": inputs.file_id_hash,
+        }
+    ).decode()
+
+
+def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
+    data = orjson.loads(text)
+    fields = dict(data["request"])
+    fields["predicate_hints"] = tuple(fields["predicate_hints"])
+    caps = Capabilities(
+        response_formats=tuple(data["formats"]),
+        reader_features=frozenset(data["features"]),
+        include_end_stream_action=bool(data["endStream"]),
+        async_query=True,
+    )
+    return QueryInputs(shared, QueryRequest(**fields), caps, data["fileIdHash"])
+
+
+def fingerprint(inputs: QueryInputs) -> str:
+    """What makes two submissions the same query: the result-defining parameters, the
+    version pins, and what the client can read. Paging fields are not part of it."""
+    request, caps = inputs.request, inputs.caps
+    parts = {
+        "params": parameters_checksum(request),
+        "includeRefreshToken": request.include_refresh_token,
+        "refreshToken": request.refresh_token,
+        "pageToken": request.page_token,
+        "formats": list(caps.response_formats),
+        "features": sorted(caps.reader_features),
+        "fileIdHash": inputs.file_id_hash,
+    }
+    return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+# -- the service -----------------------------------------------------------------------------
+
+
+class AsyncQueryService:
+    """Submits, plans and serves async queries of one server."""
+
+    def __init__(
+        self,
+        store: QueryStore,
+        *,
+        tables: TableService,
+        tokens: QueryTokens,
+        ttl_ms: int,
+        lease_ms: int = PLANNING_LEASE_MS,
+        threads: int = PLANNING_THREADS,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self._store = store
+        self._tables = tables
+        self._tokens = tokens
+        self._ttl_ms = ttl_ms
+        self._lease_ms = lease_ms
+        self._clock_ms = clock_ms
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="async-query")
+
+    # -- submission --------------------------------------------------------------------------
+
+    def submit(self, inputs: QueryInputs, planner: Planner) -> StoredQuery:
+        """Record the query under its idempotency key and start planning it; the same key
+        with the same parameters gives back the query already recorded."""
+        key = inputs.request.idempotency_key
+        if not key:
+            raise InvalidParameter("idempotency_key is required for async query.")
+        now = self._clock_ms()
+        mark = fingerprint(inputs)
+        candidate = StoredQuery(
+            query_id=secrets.token_urlsafe(24),
+            table_id=inputs.shared.config.id,
+            idempotency_key=key,
+            fingerprint=mark,
+            request=_encode_inputs(inputs),
+            created_ms=now,
+            expires_ms=now + self._ttl_ms,
+            lease_until_ms=now + self._lease_ms,
+        )
+        stored = self._store.insert_or_get(candidate, now)
+        if stored.query_id == candidate.query_id:
+            self._start(stored.query_id, inputs, planner)
+            return stored
+        if stored.fingerprint != mark:
+            raise InvalidParameter(
+                f"The idempotency_key '{key}' was already used for a query with different "
+                f"parameters on table {inputs.shared.full_name}. Use a new idempotency_key "
+                "for a new query."
+            )
+        self._take_over_if_abandoned(stored, inputs.shared, planner)
+        return stored
+
+    # -- polling -----------------------------------------------------------------------------
+
+    def poll(
+        self,
+        shared: SharedTable,
+        query_id: str,
+        poll: PollRequest,
+        caps: Capabilities,
+        planner: Planner,
+    ) -> StoredQuery | AsyncResult:
+        """The pending query, a page of its result, or AsyncQueryFailed."""
+        if poll.query_id is not None and poll.query_id != query_id:
+            raise InvalidParameter(
+                f"The queryId in the request body ({poll.query_id}) does not match the "
+                f"queryId in the URL ({query_id})."
+            )
+        stored = self._store.get(query_id, self._clock_ms())
+        if stored is None or stored.table_id != shared.config.id:
+            raise ResourceNotFound(
+                f"Query '{query_id}' does not exist on table {shared.full_name} "
+                "or has expired. Please restart the query."
+            )
+        if stored.status == PENDING:
+            self._take_over_if_abandoned(stored, shared, planner)
+            return stored
+        if stored.status == FAILED:
+            raise AsyncQueryFailed.from_stored(stored)
+        submitted = _decode_inputs(stored.request, shared)
+        return AsyncResult(
+            planner(self._page_inputs(submitted, stored, poll, caps)), submitted.file_id_hash
+        )
+
+    def _page_inputs(
+        self, submitted: QueryInputs, stored: StoredQuery, poll: PollRequest, caps: Capabilities
+    ) -> QueryInputs:
+        """The synchronous page query equivalent to this poll."""
+        request = submitted.request
+        first = poll.page_token is None
+        token = poll.page_token
+        if token is None:
+            token = self._first_page_token(submitted, orjson.loads(stored.pin or "{}"))
+        page = replace(
+            request,
+            page_token=token,
+            max_files=poll.max_files,
+            refresh_token=None,
+            include_refresh_token=request.include_refresh_token and first,
+        )
+        page_caps = replace(
+            submitted.caps,
+            include_end_stream_action=(
+                submitted.caps.include_end_stream_action or caps.include_end_stream_action
+            ),
+        )
+        return replace(submitted, request=page, caps=page_caps)
+
+    def _first_page_token(self, submitted: QueryInputs, pin: dict[str, Any]) -> str:
+        shared, request = submitted.shared, submitted.request
+        if request.starting_version is not None:
+            position = StreamPosition(pin["start"], pin["end"], pin["commit"], pin["index"])
+            return self._tokens.stream_page_token(shared, request, position)
+        pinned = PinnedVersion(pin["version"], 0, pin["timeTravel"])
+        return self._tokens.page_token(shared, request, pinned, pin["index"])
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def _take_over_if_abandoned(
+        self, stored: StoredQuery, shared: SharedTable, planner: Planner
+    ) -> None:
+        now = self._clock_ms()
+        if stored.status != PENDING or stored.lease_until_ms > now:
+            return
+        if self._store.claim(stored.query_id, now, now + self._lease_ms):
+            log.warning("async query %s: planner lease expired, planning again", stored.query_id)
+            self._start(stored.query_id, _decode_inputs(stored.request, shared), planner)
+
+    def _start(self, query_id: str, inputs: QueryInputs, planner: Planner) -> None:
+        self._pool.submit(self._plan, query_id, inputs, planner)
+
+    def _plan(self, query_id: str, inputs: QueryInputs, planner: Planner) -> None:
+        """Background: plan the query and record the pin, or the error a client gets."""
+        try:
+            pin = self._pin(inputs, planner)
+        except SharingError as exc:
+            if exc.status >= 500:
+                log.error("async query %s: %s: %s", query_id, exc.error_code, exc.message)
+            error = {"status": exc.status, "errorCode": exc.error_code, "message": exc.message}
+        except Exception:
+            log.exception("async query %s: planning failed", query_id)
+            error = {"status": 500, "errorCode": "INTERNAL_ERROR", "message": _INTERNAL_MESSAGE}
+        else:
+            self._record(self._store.finish, query_id, orjson.dumps(pin).decode())
+            return
+        self._record(self._store.fail, query_id, orjson.dumps(error).decode())
+
+    @staticmethod
+    def _record(write: Callable[[str, str], None], query_id: str, value: str) -> None:
+        try:
+            write(query_id, value)
+        except Exception:
+            log.exception("async query %s: cannot record the planning outcome", query_id)
+
+    def _pin(self, inputs: QueryInputs, planner: Planner) -> dict[str, Any]:
+        """Plan the query as the synchronous one would (every check, the filtered files)
+        and return where its result is pinned."""
+        shared, request = inputs.shared, inputs.request
+        if request.starting_version is not None:
+            require_history(shared)
+            if request.page_token is not None:
+                position = self._tokens.read_stream_page_token(shared, request)
+            else:
+                position = first_position(inputs, self._tables)
+            cursor = self._tokens.stream_page_token(shared, request, position)
+            planner(replace(inputs, request=replace(request, page_token=cursor)))
+            return {
+                "start": position.start,
+                "end": position.end,
+                "commit": position.commit,
+                "index": position.index,
+            }
+        plan = planner(inputs)
+        if request.page_token is not None:
+            pinned = self._tokens.read_page_token(shared, request)
+            return {
+                "version": pinned.version,
+                "index": pinned.start_index,
+                "timeTravel": pinned.time_travel,
+            }
+        travel = request.version is not None or request.timestamp is not None
+        return {"version": plan.version, "index": 0, "timeTravel": travel}
+
+
+def pending_capabilities(caps: Capabilities) -> str:
+    """The capabilities header of a status line: the format the client asked for first
+    (the chosen one comes with the result) and the async flag."""
+    chosen = caps.response_formats[0] if caps.response_formats else capabilities.PARQUET
+    return f"{capabilities.response_header(chosen)};asyncquery=true"
+
+
+def build_service(
+    config: ServerConfig, tables: TableService, tokens: QueryTokens
+) -> AsyncQueryService:
+    """The service for a server config: sqlite under `asyncQueryStateDir` (shared by the
+    worker processes that use the same directory), in memory without one."""
+    return AsyncQueryService(
+        SqliteQueryStore(config.async_query_state_dir),
+        tables=tables,
+        tokens=tokens,
+        ttl_ms=config.async_query_ttl_seconds * 1000,
+    )

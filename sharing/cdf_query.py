@@ -1,0 +1,502 @@
+"""Change data feed queries (`GET .../changes`): from URL parameters to a streamable plan.
+
+The range is given by a starting version or timestamp and an optional ending one, checked
+with the reference server's messages before the first byte is sent. The head lines are the
+protocol and metadata of the snapshot at the start version when historical metadata is
+requested (the delta-format Python client rebuilds a log from the start version and needs
+it), else of the latest snapshot; the metadata always carries that snapshot's version, and
+`Delta-Table-Version` is the start version. Then, commit by commit: the historical
+protocol / metaData lines that were asked for, and the commit's change data files (`cdf`)
+when it has any, else its data-changing `remove` and `add` actions, each with the commit's
+version and timestamp. Unlike the reference, tables with deletion vectors or column
+mapping are served in delta format.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import orjson
+
+from deltalog import Snapshot, history
+from deltalog.actions import Metadata
+from deltalog.actions import Protocol as DeltaProtocol
+from deltalog.changes import ChangeCommit, ChangeDataNotRecordedError, check_cdf_enabled
+from deltalog.changes import table_changes as read_table_changes
+from deltalog.errors import MissingLogFileError, TimestampOutOfRangeError
+from sharing import capabilities
+from sharing.capabilities import Capabilities
+from sharing.catalog import SharedTable
+from sharing.errors import InvalidParameter, SharingError
+from sharing.formats import ADD, CDC, REMOVE, FileContext, FormatWriter, TableHead, writer_for
+from sharing.paging import QueryTokens, StreamPosition, parameters_checksum
+from sharing.presign.base import SignedUrls, Signer
+from sharing.query import QueryRequest
+from sharing.snapshot_query import (
+    FileSection,
+    QueryPlan,
+    Section,
+    check_parquet_readable,
+    table_head,
+)
+from sharing.tables import TableService
+
+CHANGES_PAGE_KIND = "changes-page"
+# The reference's text for a number parameter that is not a Java number.
+NUMBER_FORMAT_MESSAGE = "expected a number but the string didn't have the appropriate format"
+_LONG = re.compile(r"[+-]?\d{1,19}")
+_INT = re.compile(r"[+-]?\d{1,10}")
+_ICT_PROPERTIES = frozenset(
+    {
+        "delta.enableInCommitTimestamps",
+        "delta.inCommitTimestampEnablementVersion",
+        "delta.inCommitTimestampEnablementTimestamp",
+    }
+)
+
+
+# -- parameters --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangesParams:
+    """The URL parameters of a changes request, as sent (versions are parsed once the
+    table is known, as the reference does)."""
+
+    starting_version: str | None = None
+    starting_timestamp: str | None = None
+    ending_version: str | None = None
+    ending_timestamp: str | None = None
+    include_historical_metadata: bool = False
+    include_historical_protocol: bool = False
+    max_files: int | None = None
+    page_token: str | None = None
+
+    def checksum_request(self) -> QueryRequest:
+        """A query request whose parameter checksum covers exactly these parameters, so a
+        page token only continues the query it was minted for."""
+        defining = {
+            "cdf": {
+                "startingVersion": self.starting_version,
+                "startingTimestamp": self.starting_timestamp,
+                "endingVersion": self.ending_version,
+                "endingTimestamp": self.ending_timestamp,
+                "includeHistoricalMetadata": self.include_historical_metadata,
+                "includeHistoricalProtocol": self.include_historical_protocol,
+            }
+        }
+        return QueryRequest(
+            json_predicate_hints=orjson.dumps(defining, option=orjson.OPT_SORT_KEYS).decode(),
+            page_token=self.page_token,
+        )
+
+
+def parse_params(
+    *,
+    starting_version: str | None,
+    starting_timestamp: str | None,
+    ending_version: str | None,
+    ending_timestamp: str | None,
+    include_historical_metadata: str | None,
+    include_historical_protocol: str | None,
+    max_files: str | None,
+    page_token: str | None,
+) -> ChangesParams:
+    """The parameters, with the checks the reference makes before the table lookup
+    (`maxFiles` only)."""
+    files = None
+    if max_files is not None:
+        if not _INT.fullmatch(max_files) or not -(2**31) <= int(max_files) < 2**31:
+            raise InvalidParameter(NUMBER_FORMAT_MESSAGE)
+        files = int(max_files)
+        if files <= 0:
+            raise InvalidParameter("maxFiles must be positive.")
+    return ChangesParams(
+        starting_version=starting_version,
+        starting_timestamp=starting_timestamp,
+        ending_version=ending_version,
+        ending_timestamp=ending_timestamp,
+        include_historical_metadata=lenient_bool(include_historical_metadata),
+        include_historical_protocol=lenient_bool(include_historical_protocol),
+        max_files=files,
+        page_token=page_token,
+    )
+
+
+def lenient_bool(raw: str | None) -> bool:
+    """`true` in any case is true; anything else (absent, `False`, garbage) is false, as
+    the reference's `Try(toBoolean).getOrElse(false)`."""
+    return raw is not None and raw.strip().lower() == "true"
+
+
+def _version_number(raw: str, name: str) -> int:
+    if not _LONG.fullmatch(raw) or not -(2**63) <= int(raw) < 2**63:
+        raise InvalidParameter(f"{name} is not a valid number.")
+    return int(raw)
+
+
+def _timestamp_ms(raw: str, name: str) -> int:
+    try:
+        return history.parse_timestamp(raw)
+    except ValueError as exc:
+        raise InvalidParameter(f"Invalid {name}: {exc}") from exc
+
+
+# -- page tokens -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangesRange:
+    """What a changes query (and every page of it) is pinned to: the inclusive version
+    range, the version of the head snapshot, and where this page starts."""
+
+    start: int
+    end: int
+    head_version: int
+    position: StreamPosition
+
+
+class ChangeTokens(QueryTokens):
+    """Page tokens of changes queries: the query tokens' signing, expiry, table binding,
+    parameter checksum and messages, with the head snapshot version pinned as well."""
+
+    def changes_page_token(
+        self, shared: SharedTable, params: ChangesParams, pinned: ChangesRange
+    ) -> str:
+        position = pinned.position
+        payload = {
+            "t": shared.config.id,
+            "s": pinned.start,
+            "e": pinned.end,
+            "h": pinned.head_version,
+            "v": position.commit,
+            "i": position.index,
+            "c": parameters_checksum(params.checksum_request()),
+        }
+        expires = time.time_ns() // 1_000_000 + self._page_ttl_ms
+        return self._codec.encode(CHANGES_PAGE_KIND, payload, expires)
+
+    def read_changes_page_token(self, shared: SharedTable, params: ChangesParams) -> ChangesRange:
+        payload = self._checked_page_payload(CHANGES_PAGE_KIND, shared, params.checksum_request())
+        fields = [payload.get(k) for k in ("s", "e", "h", "v", "i")]
+        if not all(isinstance(f, int) and not isinstance(f, bool) for f in fields):
+            raise InvalidParameter(f"Error decoding the page token: {params.page_token}.")
+        start, end, head, commit, index = (int(f) for f in fields)  # type: ignore[arg-type]
+        return ChangesRange(start, end, head, StreamPosition(start, end, commit, index))
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangesInputs:
+    """A changes request with what came with it (headers, table)."""
+
+    shared: SharedTable
+    params: ChangesParams
+    caps: Capabilities
+    file_id_hash: str | None
+
+
+def plan_changes(
+    inputs: ChangesInputs,
+    *,
+    tables: TableService,
+    tokens: ChangeTokens,
+    page_size_limit: int,
+    signer_for: Callable[[Snapshot], Signer],
+) -> QueryPlan:
+    """The plan of a changes query (or one page of it); every client error is raised here,
+    before streaming."""
+    shared, params, caps = inputs.shared, inputs.params, inputs.caps
+    if not shared.config.history_shared:
+        raise InvalidParameter(f"cdf is not enabled on table {shared.full_name}")
+    if params.page_token is not None:
+        pinned = tokens.read_changes_page_token(shared, params)
+    else:
+        pinned = _first_range(shared, params, tables)
+
+    head_snapshot = tables.at_version(shared, pinned.head_version)
+    chosen = capabilities.choose_format(caps, head_snapshot.protocol, head_snapshot.metadata)
+    start_snapshot = (
+        head_snapshot
+        if pinned.head_version == pinned.start
+        else tables.at_version(shared, pinned.start)
+    )
+    with tables.errors(shared), _change_errors():
+        commits = list(
+            read_table_changes(tables.delta_table(shared), pinned.position.commit, pinned.end)
+        )
+    _check_readable(commits, replace(caps, response_formats=(chosen,)), start_snapshot, chosen)
+
+    writer = writer_for(chosen)
+    history_shared = shared.config.history_shared
+    head_fields = table_head(head_snapshot, history_shared)
+    head_fields = replace(head_fields, metadata=_as_delivered(head_fields.metadata, chosen))
+    head = writer.head_lines(head_fields, version=head_snapshot.version)
+    signer = signer_for(head_snapshot)
+
+    def context(commit: ChangeCommit) -> FileContext:
+        rewrites = commit.removes.num_rows > 0 and commit.adds.num_rows > 0
+        return FileContext(
+            storage=head_snapshot.storage,
+            table_root=head_snapshot.table_root,
+            signer=_CommitSigner(signer) if rewrites else signer,
+            id_scheme=inputs.file_id_hash or chosen,
+            version=commit.version,
+            timestamp=commit.timestamp,
+        )
+
+    paged = params.max_files is not None or params.page_token is not None
+    budget = min(params.max_files or page_size_limit, page_size_limit) if paged else None
+    parts, resume = _paginate(commits, pinned.position, budget)
+    next_token = None
+    if resume is not None:
+        next_token = tokens.changes_page_token(shared, params, replace(pinned, position=resume))
+    lines = _Lines(
+        writer=writer,
+        start_snapshot=start_snapshot,
+        history_shared=history_shared,
+        historical_metadata=params.include_historical_metadata,
+        historical_protocol=params.include_historical_protocol and chosen == capabilities.DELTA,
+        context=context,
+        response_format=chosen,
+    )
+    return QueryPlan(
+        version=pinned.start,
+        response_format=chosen,
+        head=head,
+        sections=lines.sections(parts, pinned.start),
+        writer=writer,
+        end_stream=caps.include_end_stream_action or paged,
+        header_end_stream=caps.include_end_stream_action,
+        next_page_token=next_token,
+    )
+
+
+def _first_range(shared: SharedTable, params: ChangesParams, tables: TableService) -> ChangesRange:
+    """Resolve and check the range of a first request, in the reference's order."""
+    if params.starting_version is not None and params.starting_timestamp is not None:
+        raise InvalidParameter(
+            "Multiple starting arguments provided for CDF read. Please provide one of either "
+            "startingTimestamp or startingVersion."
+        )
+    if params.ending_version is not None and params.ending_timestamp is not None:
+        raise InvalidParameter(
+            "Multiple ending arguments provided for CDF read. Please provide one of either "
+            "endingTimestamp or endingVersion."
+        )
+    if params.starting_version is None and params.starting_timestamp is None:
+        raise InvalidParameter("No startingVersion or startingTimestamp provided for CDF read.")
+
+    latest = tables.latest(shared).version
+    table = tables.delta_table(shared)
+    if params.starting_version is not None:
+        start = _version_number(params.starting_version, "startingVersion")
+    else:
+        assert params.starting_timestamp is not None
+        ts = _timestamp_ms(params.starting_timestamp, "startingTimestamp")
+        with tables.errors(shared), _change_errors(), _timestamp_range(table, ts, latest):
+            start = history.version_at_or_after(
+                table, ts, latest=latest, before_first_is_error=True
+            )
+    if start > latest:
+        raise InvalidParameter(
+            f"Provided Start version({start}) for reading change data is invalid. Start version "
+            f"cannot be greater than the latest version of the table({latest})."
+        )
+
+    end = latest
+    if params.ending_version is not None:
+        end = _version_number(params.ending_version, "endingVersion")
+    elif params.ending_timestamp is not None:
+        ts = _timestamp_ms(params.ending_timestamp, "endingTimestamp")
+        with tables.errors(shared), _change_errors(), _timestamp_range(table, ts, latest):
+            end = history.version_at_or_before(table, ts, latest=latest)
+    if end < start:
+        raise InvalidParameter(
+            f"CDF range from start {start} to end {end} was invalid. End cannot be before start."
+        )
+    end = min(end, latest)
+    if start < shared.config.start_version:
+        raise InvalidParameter(
+            f"You can only query table changes since version {shared.config.start_version}."
+        )
+    with tables.errors(shared), _change_errors():
+        check_cdf_enabled(table, start, end)
+    head_version = start if params.include_historical_metadata else latest
+    return ChangesRange(start, end, head_version, StreamPosition(start, end, start, 0))
+
+
+@contextmanager
+def _change_errors() -> Iterator[None]:
+    """Inside TableService.errors: the deltalog errors that are the client's doing on a
+    changes query (a timestamp outside the history, change data not recorded) become 400s,
+    and a missing commit file the reference's 400 RESOURCE_DOES_NOT_EXIST."""
+    try:
+        yield
+    except (TimestampOutOfRangeError, ChangeDataNotRecordedError) as exc:
+        raise InvalidParameter(str(exc)) from exc
+    except MissingLogFileError as exc:
+        raise SharingError(
+            f"table files missing: {exc}", status=400, error_code="RESOURCE_DOES_NOT_EXIST"
+        ) from exc
+
+
+@contextmanager
+def _timestamp_range(table: history.TableLike, ts: int, latest: int) -> Iterator[None]:
+    """A timestamp outside the table's history, told with the reference's advice first:
+    clients show the message pretty-printed and cut into lines, and tests look for the
+    advice ("Please use a timestamp greater than or equal to") in one piece."""
+    try:
+        yield
+    except TimestampOutOfRangeError as exc:
+        timeline = history.timeline(table, through=latest)
+        lo, hi = timeline.searchable(latest)
+        if exc.before_first:
+            version = timeline.version_at(lo)
+            bound, relation = "greater", "before the earliest"
+        else:
+            version = timeline.version_at(hi - 1)
+            bound, relation = "less", "after the latest"
+        limit = history.format_instant(timeline.timestamp(version))
+        raise InvalidParameter(
+            f"Please use a timestamp {bound} than or equal to {limit}: the provided "
+            f"timestamp {history.format_instant(ts)} is {relation} available version "
+            f"({version}) of the table."
+        ) from exc
+
+
+def _check_readable(
+    commits: list[ChangeCommit], caps: Capabilities, start: Snapshot, chosen: str
+) -> None:
+    """Every protocol and metadata in the range must be readable in the chosen format, and
+    a parquet client cannot apply deletion vectors."""
+    protocol: DeltaProtocol = start.protocol
+    metadata: Metadata = start.metadata
+    capabilities.choose_format(caps, protocol, metadata)
+    for commit in commits:
+        if commit.protocol is not None or commit.metadata is not None:
+            protocol = commit.protocol or protocol
+            metadata = commit.metadata or metadata
+            capabilities.choose_format(caps, protocol, metadata)
+        check_parquet_readable(chosen, commit.adds)
+        check_parquet_readable(chosen, commit.removes)
+
+
+class _CommitSigner:
+    """Signs the files of one commit so that a file removed and added again (its deletion
+    vector replaced) gets one URL: Delta readers pair such actions by path to work out
+    which rows changed, and two signatures made a moment apart would differ."""
+
+    def __init__(self, signer: Signer) -> None:
+        self._signer = signer
+        self._signed: dict[str, tuple[str, int]] = {}
+
+    def sign(self, keys: Sequence[str]) -> SignedUrls:
+        new = [k for k in dict.fromkeys(keys) if k not in self._signed]
+        if new:
+            signed = self._signer.sign(new)
+            for key, url in zip(new, signed.urls, strict=True):
+                self._signed[key] = (url, signed.expiration_ms)
+        found = [self._signed[k] for k in keys]
+        return SignedUrls([url for url, _ in found], min(exp for _, exp in found))
+
+
+def _as_delivered(metadata: Metadata, response_format: str) -> Metadata:
+    """The metadata as a delta-format change feed sends it: without the in-commit
+    timestamp properties. Commit infos do not travel in the protocol, so a client that
+    rebuilds a log from the response finds none, and a Delta reader told that in-commit
+    timestamps are on fails looking for them; each commit's timestamp (the in-commit one
+    where it applies) travels on its file actions instead."""
+    if response_format != capabilities.DELTA or not any(
+        key in metadata.configuration for key in _ICT_PROPERTIES
+    ):
+        return metadata
+    configuration = {k: v for k, v in metadata.configuration.items() if k not in _ICT_PROPERTIES}
+    return replace(metadata, configuration=configuration)
+
+
+# -- pages and lines ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One commit's share of a page: its file actions (cdc files, or removes then adds)
+    from `first` (inclusive) to `last` (exclusive), and whether its historical
+    metaData/protocol lines belong to this page."""
+
+    commit: ChangeCommit
+    first: int
+    last: int
+    with_head: bool
+
+
+def _actions(commit: ChangeCommit) -> int:
+    return commit.cdcs.num_rows + commit.removes.num_rows + commit.adds.num_rows
+
+
+def _paginate(
+    commits: list[ChangeCommit], position: StreamPosition, budget: int | None
+) -> tuple[list[_Part], StreamPosition | None]:
+    """The parts of this page, and where the next page starts (None on the last page)."""
+    parts: list[_Part] = []
+    left = budget
+    for i, commit in enumerate(commits):
+        total = _actions(commit)
+        first = position.index if commit.version == position.commit else 0
+        take = total - first if left is None else min(total - first, left)
+        parts.append(_Part(commit, first, first + take, first == 0))
+        if left is None:
+            continue
+        left -= take
+        if left > 0:
+            continue
+        if first + take < total:
+            return parts, replace(position, commit=commit.version, index=first + take)
+        if i + 1 < len(commits):
+            return parts, replace(position, commit=commits[i + 1].version, index=0)
+        return parts, None
+    return parts, None
+
+
+@dataclass(frozen=True)
+class _Lines:
+    writer: FormatWriter
+    start_snapshot: Snapshot
+    history_shared: bool
+    historical_metadata: bool
+    historical_protocol: bool
+    context: Callable[[ChangeCommit], FileContext]
+    response_format: str
+
+    def sections(self, parts: list[_Part], start: int) -> Iterator[Section]:
+        protocol: DeltaProtocol = self.start_snapshot.protocol
+        metadata: Metadata = self.start_snapshot.metadata
+        for part in parts:
+            commit = part.commit
+            protocol = commit.protocol or protocol
+            metadata = commit.metadata or metadata
+            if commit.version > start and part.with_head:
+                delivered = _as_delivered(metadata, self.response_format)
+                head = TableHead(protocol, delivered, None, None, self.history_shared)
+                if self.historical_protocol and commit.protocol is not None:
+                    yield self.writer.protocol_line(head, commit.version)
+                if self.historical_metadata and commit.metadata is not None:
+                    yield self.writer.metadata_line(head, commit.version)
+            yield from self._files(part)
+
+    def _files(self, part: _Part) -> Iterator[FileSection]:
+        """The file sections of a part: its slice of [cdcs | removes | adds]."""
+        commit, ctx = part.commit, self.context(part.commit)
+        offset = 0
+        for files, action in ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD)):
+            low = max(part.first - offset, 0)
+            high = min(part.last - offset, files.num_rows)
+            if high > low:
+                yield FileSection(files.slice(low, high - low), ctx, action)
+            offset += files.num_rows

@@ -1,0 +1,1 @@
+"""Vendors of temporary, location-scoped cloud credentials (one module per cloud)."""
