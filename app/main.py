@@ -8,7 +8,7 @@ from fastapi import Depends, FastAPI, Request
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
-from app.routes import credentials, files, listing, queries, tables
+from app.routes import credentials, files, health, listing, queries, tables
 from sharing.async_queries import build_service
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
@@ -61,6 +61,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
     # Signed file URLs carry their own authorisation (the signature), not the bearer token.
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+
+    app.include_router(health.router)
 
     install_error_handlers(app)
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)

@@ -178,3 +178,30 @@ def test_json_formatter_includes_extras_and_request_id() -> None:
     assert entry["level"] == "WARNING"
     assert entry["request_id"] == "rid-1"
     assert entry["table"] == "s.d.t"
+
+
+def test_healthz_needs_no_token_and_touches_no_table(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from sharing.config import parse_config
+
+    config = parse_config(
+        {
+            "version": 1,
+            "authorization": {"bearerToken": "secret-token"},
+            "shares": [
+                {
+                    "name": "s",
+                    "schemas": [
+                        {"name": "d", "tables": [{"name": "t", "location": str(tmp_path / "nope")}]}
+                    ],
+                }
+            ],
+        }
+    )
+    with TestClient(create_app(config)) as client:
+        response = client.get("/healthz")
+        assert response.status_code == 200
+        assert response.json() == {"status": "ok"}
+        assert client.get("/delta-sharing/shares").status_code == 401

@@ -126,12 +126,14 @@ def test_pages_of_a_large_table(
     assert sum(log_reads.values()) == 0, dict(log_reads)
 
     # Flat cost: no page much slower than the typical one. A page over the bound is timed
-    # once more (same token) so a scheduling hiccup on a busy machine is not mistaken for
-    # per-page work growing with the page number.
+    # again, up to three times (same token), so a scheduling hiccup on a busy machine is not
+    # mistaken for per-page work growing with the page number.
     median = statistics.median(timings)
-    for i, elapsed in enumerate(timings):
-        if elapsed >= 3 * median:
-            timings[i] = min(elapsed, _page(server, bodies[i])[1])
+    for i in range(len(timings)):
+        for _ in range(3):
+            if timings[i] < 3 * median:
+                break
+            timings[i] = min(timings[i], _page(server, bodies[i])[1])
     assert max(timings) < 3 * median, (max(timings), median)
     early, late = timings[: len(timings) // 4], timings[-len(timings) // 4 :]
     assert statistics.median(late) < 2 * statistics.median(early)
