@@ -18,13 +18,12 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, Metadata, Protocol
-from deltalog.commits import LOG_DIR, file_actions_table, metadata_from_action
+from deltalog.commits import LOG_DIR, file_actions_table, json_actions, metadata_from_action
 from deltalog.errors import CorruptLogError, MissingLogFileError
 from deltalog.log_segment import Checkpoint
 from deltalog.parsed_columns import partition_values_map, stats_json
@@ -315,15 +314,7 @@ def _read_json_manifest(storage: Storage, info: FileInfo, version: int) -> _Part
         raise MissingLogFileError(f"checkpoint file {name} is missing") from exc
     part = _Part()
     rows: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
-    for lineno, line in enumerate(data.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            action = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise CorruptLogError(f"{name}: invalid JSON on line {lineno}") from exc
-        if not isinstance(action, dict):
-            raise CorruptLogError(f"{name}: line {lineno} is not a JSON object")
+    for _, action in json_actions(data, name):
         for kind, body in action.items():
             if kind in rows:
                 rows[kind].append(body)

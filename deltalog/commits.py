@@ -8,6 +8,7 @@ object outlives the call.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -89,6 +90,21 @@ def in_commit_timestamps_enabled(metadata: Metadata | None) -> bool:
     return metadata.configuration.get(ICT_ENABLED_KEY, "false").lower() == "true"
 
 
+def json_actions(data: bytes, name: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, action) for each non-blank line of a newline-delimited JSON log file
+    (a commit or a V2 JSON checkpoint); a line that is not a JSON object is a corrupt log."""
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            action = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptLogError(f"{name}: invalid JSON on line {lineno}") from exc
+        if not isinstance(action, dict):
+            raise CorruptLogError(f"{name}: line {lineno} is not a JSON object")
+        yield lineno, action
+
+
 def parse_commit(
     data: bytes,
     version: int,
@@ -111,15 +127,7 @@ def parse_commit(
     commit_info: dict[str, Any] | None = None
     txns: dict[str, int] = {}
     domains: dict[str, dict[str, Any]] = {}
-    for lineno, line in enumerate(data.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            action = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise CorruptLogError(f"{name}: invalid JSON on line {lineno}") from exc
-        if not isinstance(action, dict):
-            raise CorruptLogError(f"{name}: line {lineno} is not a JSON object")
+    for lineno, action in json_actions(data, name):
         try:
             for kind, body in action.items():
                 if kind in rows:
