@@ -14,6 +14,7 @@ from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.fileserve import FileServer
 from sharing.paging import QueryTokens
+from sharing.skipping.warm import StatsWarmer
 from sharing.tables import TableService
 from sharing.tokens import TokenCodec
 
@@ -44,7 +45,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.catalog = Catalog(config, tokens)
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
-    app.state.tables = TableService(config)
+    app.state.tables = TableService(config, stats_warmer=StatsWarmer())
     app.state.query_tokens = QueryTokens(
         tokens,
         page_ttl_ms=config.query_table_page_token_ttl_ms,

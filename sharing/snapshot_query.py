@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from deltalog import Snapshot
 from sharing import capabilities
+from sharing.batch_pipeline import BatchWork, formatted
 from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
 from sharing.errors import SharingError, UnsupportedOperation
@@ -65,7 +66,8 @@ class QueryPlan:
         )
 
     def body(self) -> Iterator[bytes]:
-        """The NDJSON body; file lines are formatted and signed one batch at a time.
+        """The NDJSON body; file lines are formatted and signed one batch at a time (with a
+        slow signer, the next batches ahead on a pool: see sharing.batch_pipeline).
 
         A failure after the head lines were sent can no longer change the status: a client
         that declared `includeendstreamaction` gets a final end-stream action carrying the
@@ -75,17 +77,15 @@ class QueryPlan:
         yield self.head
         min_expiration: int | None = None
         try:
-            for section in self.sections:
-                if isinstance(section, bytes):
-                    yield section
+            for lines in formatted(self._work(), self.writer):
+                if isinstance(lines, bytes):
+                    yield lines
                     continue
-                for batch in section.files.to_batches(max_chunksize=self.batch_rows):
-                    lines = self.writer.file_lines(batch, section.context, section.action)
-                    expiry = lines.min_expiration_ms
-                    if expiry is not None and (min_expiration is None or expiry < min_expiration):
-                        min_expiration = expiry
-                    if lines.text:
-                        yield lines.text
+                expiry = lines.min_expiration_ms
+                if expiry is not None and (min_expiration is None or expiry < min_expiration):
+                    min_expiration = expiry
+                if lines.text:
+                    yield lines.text
         except Exception as exc:
             if not self.header_end_stream:
                 raise
@@ -100,6 +100,15 @@ class QueryPlan:
             if min_expiration is not None:
                 action["minUrlExpirationTimestamp"] = min_expiration
             yield dumps_line({"endStreamAction": action})
+
+    def _work(self) -> Iterator[bytes | BatchWork]:
+        """The sections as literal lines and batches of at most `batch_rows` files."""
+        for section in self.sections:
+            if isinstance(section, bytes):
+                yield section
+                continue
+            for batch in section.files.to_batches(max_chunksize=self.batch_rows):
+                yield BatchWork(batch, section.context, section.action)
 
 
 def end_stream_error(exc: Exception) -> bytes:
@@ -169,10 +178,9 @@ def plan_query(
     # File ids are hashed once per snapshot (cached) and travel with the rows from here.
     selected = with_file_ids(snapshot.files, id_scheme)
     paged = request.max_files is not None or request.page_token is not None
-    if paged:
-        # Pages index into the file list, so its order must not depend on how the snapshot
-        # was built (incrementally in this process, or from a checkpoint in another one).
-        selected = selected.take(pc.sort_indices(selected.column("path")))
+    # Filter before sorting: the stats cache is keyed by the snapshot's own buffers, which
+    # a sort would copy (every paged request would parse all stats again). Filtering keeps
+    # order, so the sorted result is the same either way.
     selected = filter_files(
         selected,
         snapshot.metadata,
@@ -181,6 +189,10 @@ def plan_query(
         evaluate_json=hints.evaluate_json,
         evaluate_sql=hints.evaluate_sql,
     )
+    if paged:
+        # Pages index into the file list, so its order must not depend on how the snapshot
+        # was built (incrementally in this process, or from a checkpoint in another one).
+        selected = selected.take(pc.sort_indices(selected.column("path")))
     if not request.predicate_hints and request.json_predicate_hints is None:
         # With predicates the client filters rows after reading, and a kept file may
         # hold no matching row: cutting files by row count could drop the ones it wants.

@@ -37,6 +37,7 @@ from sharing.errors import (
     SharingError,
     UnsupportedOperation,
 )
+from sharing.skipping.warm import StatsWarmer
 from sharing.storage_errors import access_denied
 
 log = logging.getLogger(__name__)
@@ -56,8 +57,12 @@ class ResolvedSnapshot:
 class TableService:
     """Opens shared tables and resolves the snapshot a request asks for."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, stats_warmer: StatsWarmer | None = None) -> None:
+        """`stats_warmer`, when given, parses a newly loaded latest snapshot's statistics
+        for the columns earlier queries on the table used, in the background, so the
+        next predicate query usually finds them cached."""
         self._capacity = max(1, config.delta_table_cache_size)
+        self._warmer = stats_warmer
         self._stale_ok = config.staleness_acceptable
         self._tables: OrderedDict[_TableKey, deltalog.DeltaTable] = OrderedDict()
         self._latest: dict[_TableKey, deltalog.Snapshot] = {}
@@ -97,7 +102,16 @@ class TableService:
         with self.errors(shared):
             snapshot = table.snapshot()
         with self._lock:
+            previous = self._latest.get(location)
             self._latest[location] = snapshot
+        if self._warmer is not None and previous is not snapshot:
+            self._warmer.snapshot_loaded(
+                location,
+                snapshot.version,
+                snapshot.files,
+                snapshot.metadata,
+                previous=previous.files if previous is not None else None,
+            )
         return snapshot
 
     def at_version(self, shared: SharedTable, version: int) -> deltalog.Snapshot:

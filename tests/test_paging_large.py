@@ -135,5 +135,7 @@ def test_pages_of_a_large_table(
                 break
             timings[i] = min(timings[i], _page(server, bodies[i])[1])
     assert max(timings) < 3 * median, (max(timings), median)
+    # Replaying the log per page shows as storage reads (asserted above); this bound catches
+    # a page cost that grows with the offset, with room for a busy machine.
     early, late = timings[: len(timings) // 4], timings[-len(timings) // 4 :]
-    assert statistics.median(late) < 2 * statistics.median(early)
+    assert statistics.median(late) < 3 * statistics.median(early)

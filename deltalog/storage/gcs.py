@@ -56,6 +56,8 @@ class GcsOptions:
     anonymous: bool = False
     hmac_access_id: str | None = None
     hmac_secret: str | None = None
+    # Without a key file: the account whose IAM signBlob signs URLs (default: the ADC's own).
+    signing_service_account: str | None = None
     max_attempts: int = 5
     read_ahead: int = DEFAULT_READ_AHEAD
 

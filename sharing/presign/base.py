@@ -22,9 +22,23 @@ class SignedUrls:
 
 @runtime_checkable
 class Signer(Protocol):
-    """Signs storage keys of one table."""
+    """Signs storage keys of one table.
+
+    A slow signer (an RSA operation or a network round trip per URL) may also have an
+    integer attribute `parallel_batches`: how many batches the response body may sign
+    ahead, concurrently, while earlier ones are written. Absent or 0 (fast HMAC signers)
+    means batches are signed one at a time, in the writer's thread. A signer that sets it
+    must be safe to call from several threads at once.
+    """
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
         """URLs for `keys` (storage keys under the table's root). Raises
         sharing.errors.UnsupportedOperation for a key the signer cannot hand out."""
         ...
+
+
+def parallel_batches(signer: Signer) -> int:
+    """How many batches may be signed ahead with `signer` (0: none, sign inline). An
+    optional attribute rather than a protocol member, so fast signers need not declare it."""
+    value = getattr(signer, "parallel_batches", 0)
+    return value if isinstance(value, int) and value > 0 else 0

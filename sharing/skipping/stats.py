@@ -37,6 +37,7 @@ Path = tuple[str, ...]
 StatsRequest = tuple[Path, pa.DataType, str]
 
 GROUP_BYTES = 2 * 1024 * 1024
+_STRIPES = 64
 _SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
@@ -269,18 +270,32 @@ class StatsCache:
         self.max_files = max_files
         self._entries: OrderedDict[tuple[int, int, int], _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        # Parsing a chunk holds its stripe and lists what it parses in `_inflight`: a
+        # request arriving meanwhile whose columns are all being parsed waits and reuses
+        # the result instead of parsing the same text a second time; one needing other
+        # columns parses them alongside rather than waiting for work it does not need.
+        self._parsing = [threading.Lock() for _ in range(_STRIPES)]
+        self._inflight: dict[tuple[int, int, int], set[StatsRequest]] = {}
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
 
-    def get(self, stats: pa.ChunkedArray | pa.Array, requests: Iterable[StatsRequest]) -> FileStats:
-        """numRecords and the requested columns' stats, one row per element of `stats`."""
+    def get(
+        self,
+        stats: pa.ChunkedArray | pa.Array,
+        requests: Iterable[StatsRequest],
+        *,
+        background: bool = False,
+    ) -> FileStats:
+        """numRecords and the requested columns' stats, one row per element of `stats`.
+        `background` (a warm-up) always waits for a parse of the same chunk in progress
+        rather than competing with it for the CPU."""
         wanted = list(dict.fromkeys(requests))
         chunks = stats.chunks if isinstance(stats, pa.ChunkedArray) else [stats]
         if pa.types.is_large_string(stats.type):
             return parse_stats(pa.concat_arrays([c.cast(pa.string()) for c in chunks]), wanted)
-        parts = [self._get_chunk(chunk, wanted) for chunk in chunks if len(chunk)]
+        parts = [self._get_chunk(chunk, wanted, background) for chunk in chunks if len(chunk)]
         if not parts:
             return parse_stats(pa.array([], pa.string()), wanted)
         if len(parts) == 1:
@@ -312,8 +327,44 @@ class StatsCache:
                     return False
         return True
 
-    def _get_chunk(self, chunk: pa.Array, wanted: list[StatsRequest]) -> FileStats:
+    def cached_requests(self, stats: pa.ChunkedArray | pa.Array) -> list[StatsRequest] | None:
+        """The columns parsed so far for any chunk of `stats` (numRecords is parsed with
+        every request, so [] means numRecords alone); None when nothing is cached."""
+        chunks = stats.chunks if isinstance(stats, pa.ChunkedArray) else [stats]
+        found: dict[StatsRequest, None] | None = None
+        with self._lock:
+            for chunk in chunks:
+                entry = self._entries.get(_key(chunk)) if len(chunk) else None
+                if entry is None or entry.num_records is None:
+                    continue
+                found = found if found is not None else {}
+                found.update(dict.fromkeys(entry.columns))
+        return None if found is None else list(found)
+
+    def _get_chunk(
+        self, chunk: pa.Array, wanted: list[StatsRequest], background: bool
+    ) -> FileStats:
         key = _key(chunk)
+        # Claim the chunk before taking its stripe, so a request arriving at any moment
+        # of another's parse sees what is being parsed.
+        with self._lock:
+            inflight = self._inflight.get(key)
+            if inflight is None:
+                self._inflight[key] = set(wanted)
+        if inflight is not None and not background and not inflight.issuperset(wanted):
+            return self._get_chunk_locked(key, chunk, wanted)  # alongside, not after
+        with self._parsing[hash(key) % _STRIPES]:
+            with self._lock:
+                self._inflight[key] = set(wanted)
+            try:
+                return self._get_chunk_locked(key, chunk, wanted)
+            finally:
+                with self._lock:
+                    self._inflight.pop(key, None)
+
+    def _get_chunk_locked(
+        self, key: tuple[int, int, int], chunk: pa.Array, wanted: list[StatsRequest]
+    ) -> FileStats:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and not _covers(entry.chunk, chunk):
