@@ -37,7 +37,7 @@ from sharing.config import ServerConfig
 from sharing.errors import InvalidParameter, MalformedRequest, ResourceNotFound, SharingError
 from sharing.formats import dumps_line
 from sharing.paging import PinnedVersion, QueryTokens, StreamPosition, parameters_checksum
-from sharing.query import QueryRequest
+from sharing.query import QueryRequest, body_field, body_string
 from sharing.query_store import FAILED, PENDING, QueryStore, SqliteQueryStore, StoredQuery
 from sharing.snapshot_query import QueryInputs, QueryPlan
 from sharing.streaming_query import first_position
@@ -65,6 +65,7 @@ PLANNING_LEASE_MS = 5 * 60_000
 PLANNING_THREADS = 4
 _INT32_MAX = 2**31 - 1
 _INTERNAL_MESSAGE = "Internal error while planning the query."
+_POLL_MESSAGE_TYPE = "GetQueryTableInfoRequest"
 
 
 def _now_ms() -> int:
@@ -92,8 +93,8 @@ def parse_poll_body(body: bytes) -> PollRequest:
     except orjson.JSONDecodeError as exc:
         raise MalformedRequest(f"Invalid JSON in the request body: {exc}") from exc
     if not isinstance(data, dict):
-        raise MalformedRequest("Expected an object for GetQueryTableInfoRequest")
-    max_files = _field(data, "maxFiles", "max_files")
+        raise MalformedRequest(f"Expected an object for {_POLL_MESSAGE_TYPE}")
+    max_files = body_field(data, "maxFiles", "max_files")
     if max_files is not None:
         if isinstance(max_files, str) and max_files.strip().lstrip("-").isdigit():
             max_files = int(max_files)
@@ -110,16 +111,8 @@ def parse_poll_body(body: bytes) -> PollRequest:
     )
 
 
-def _field(data: dict[str, Any], json_name: str, proto_name: str) -> Any:
-    value = data.get(json_name)
-    return data.get(proto_name) if value is None else value
-
-
 def _text(data: dict[str, Any], json_name: str, proto_name: str) -> str | None:
-    value = _field(data, json_name, proto_name)
-    if value is None or isinstance(value, str):
-        return value
-    raise MalformedRequest(f"Expected a string for field {json_name} of GetQueryTableInfoRequest")
+    return body_string(data, json_name, proto_name, _POLL_MESSAGE_TYPE)
 
 
 # -- responses -------------------------------------------------------------------------------

@@ -15,12 +15,9 @@ mapping are served in delta format.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-
-import orjson
 
 from deltalog import Snapshot, history
 from deltalog.actions import Metadata
@@ -31,15 +28,14 @@ from deltalog.errors import MissingLogFileError, TimestampOutOfRangeError
 from sharing import capabilities
 from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
+from sharing.commit_pages import CommitPart, commit_sections, paginate
 from sharing.errors import InvalidParameter, SharingError
-from sharing.formats import ADD, CDC, REMOVE, FileContext, FormatWriter, TableHead, writer_for
-from sharing.paging import QueryTokens, StreamPosition, parameters_checksum
+from sharing.formats import ADD, CDC, REMOVE, FileContext, writer_for
+from sharing.paging import QueryTokens, StreamPosition
 from sharing.presign.base import SignedUrls, Signer
-from sharing.query import QueryRequest
 from sharing.snapshot_query import (
     FileSection,
     QueryPlan,
-    Section,
     check_parquet_readable,
     table_head,
 )
@@ -76,23 +72,17 @@ class ChangesParams:
     max_files: int | None = None
     page_token: str | None = None
 
-    def checksum_request(self) -> QueryRequest:
-        """A query request whose parameter checksum covers exactly these parameters, so a
-        page token only continues the query it was minted for."""
-        defining = {
-            "cdf": {
-                "startingVersion": self.starting_version,
-                "startingTimestamp": self.starting_timestamp,
-                "endingVersion": self.ending_version,
-                "endingTimestamp": self.ending_timestamp,
-                "includeHistoricalMetadata": self.include_historical_metadata,
-                "includeHistoricalProtocol": self.include_historical_protocol,
-            }
+    def defining(self) -> dict[str, object]:
+        """The parameters that define the result, which a page token's checksum covers so
+        that it only continues the query it was minted for."""
+        return {
+            "startingVersion": self.starting_version,
+            "startingTimestamp": self.starting_timestamp,
+            "endingVersion": self.ending_version,
+            "endingTimestamp": self.ending_timestamp,
+            "includeHistoricalMetadata": self.include_historical_metadata,
+            "includeHistoricalProtocol": self.include_historical_protocol,
         }
-        return QueryRequest(
-            json_predicate_hints=orjson.dumps(defining, option=orjson.OPT_SORT_KEYS).decode(),
-            page_token=self.page_token,
-        )
 
 
 def parse_params(
@@ -168,25 +158,23 @@ class ChangeTokens(QueryTokens):
         self, shared: SharedTable, params: ChangesParams, pinned: ChangesRange
     ) -> str:
         position = pinned.position
-        payload = {
-            "t": shared.config.id,
+        fields = {
             "s": pinned.start,
             "e": pinned.end,
             "h": pinned.head_version,
             "v": position.commit,
             "i": position.index,
-            "c": parameters_checksum(params.checksum_request()),
         }
-        expires = time.time_ns() // 1_000_000 + self._page_ttl_ms
-        return self._codec.encode(CHANGES_PAGE_KIND, payload, expires)
+        return self.encode_page(CHANGES_PAGE_KIND, shared, fields, params.defining())
 
     def read_changes_page_token(self, shared: SharedTable, params: ChangesParams) -> ChangesRange:
-        payload = self._checked_page_payload(CHANGES_PAGE_KIND, shared, params.checksum_request())
-        fields = [payload.get(k) for k in ("s", "e", "h", "v", "i")]
-        if not all(isinstance(f, int) and not isinstance(f, bool) for f in fields):
-            raise InvalidParameter(f"Error decoding the page token: {params.page_token}.")
-        start, end, head, commit, index = (int(f) for f in fields)  # type: ignore[arg-type]
+        start, end, head, commit, index = self.decode_page(
+            CHANGES_PAGE_KIND, shared, params.page_token, params.defining(), _PAGE_FIELDS
+        )
         return ChangesRange(start, end, head, StreamPosition(start, end, commit, index))
+
+
+_PAGE_FIELDS = ("s", "e", "h", "v", "i")
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -253,24 +241,27 @@ def plan_changes(
 
     paged = params.max_files is not None or params.page_token is not None
     budget = min(params.max_files or page_size_limit, page_size_limit) if paged else None
-    parts, resume = _paginate(commits, pinned.position, budget)
+    parts, resume = paginate(commits, pinned.position, budget, _actions)
     next_token = None
     if resume is not None:
         next_token = tokens.changes_page_token(shared, params, replace(pinned, position=resume))
-    lines = _Lines(
+    sections = commit_sections(
+        parts,
+        pinned.start,
         writer=writer,
-        start_snapshot=start_snapshot,
+        protocol=start_snapshot.protocol,
+        metadata=start_snapshot.metadata,
         history_shared=history_shared,
-        historical_metadata=params.include_historical_metadata,
         historical_protocol=params.include_historical_protocol and chosen == capabilities.DELTA,
-        context=context,
-        response_format=chosen,
+        historical_metadata=params.include_historical_metadata,
+        files=lambda part: _files(part, context(part.commit)),
+        delivered=lambda metadata: _as_delivered(metadata, chosen),
     )
     return QueryPlan(
         version=pinned.start,
         response_format=chosen,
         head=head,
-        sections=lines.sections(parts, pinned.start),
+        sections=sections,
         writer=writer,
         end_stream=caps.include_end_stream_action or paged,
         header_end_stream=caps.include_end_stream_action,
@@ -424,79 +415,17 @@ def _as_delivered(metadata: Metadata, response_format: str) -> Metadata:
 # -- pages and lines ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Part:
-    """One commit's share of a page: its file actions (cdc files, or removes then adds)
-    from `first` (inclusive) to `last` (exclusive), and whether its historical
-    metaData/protocol lines belong to this page."""
-
-    commit: ChangeCommit
-    first: int
-    last: int
-    with_head: bool
-
-
 def _actions(commit: ChangeCommit) -> int:
     return commit.cdcs.num_rows + commit.removes.num_rows + commit.adds.num_rows
 
 
-def _paginate(
-    commits: list[ChangeCommit], position: StreamPosition, budget: int | None
-) -> tuple[list[_Part], StreamPosition | None]:
-    """The parts of this page, and where the next page starts (None on the last page)."""
-    parts: list[_Part] = []
-    left = budget
-    for i, commit in enumerate(commits):
-        total = _actions(commit)
-        first = position.index if commit.version == position.commit else 0
-        take = total - first if left is None else min(total - first, left)
-        parts.append(_Part(commit, first, first + take, first == 0))
-        if left is None:
-            continue
-        left -= take
-        if left > 0:
-            continue
-        if first + take < total:
-            return parts, replace(position, commit=commit.version, index=first + take)
-        if i + 1 < len(commits):
-            return parts, replace(position, commit=commits[i + 1].version, index=0)
-        return parts, None
-    return parts, None
-
-
-@dataclass(frozen=True)
-class _Lines:
-    writer: FormatWriter
-    start_snapshot: Snapshot
-    history_shared: bool
-    historical_metadata: bool
-    historical_protocol: bool
-    context: Callable[[ChangeCommit], FileContext]
-    response_format: str
-
-    def sections(self, parts: list[_Part], start: int) -> Iterator[Section]:
-        protocol: DeltaProtocol = self.start_snapshot.protocol
-        metadata: Metadata = self.start_snapshot.metadata
-        for part in parts:
-            commit = part.commit
-            protocol = commit.protocol or protocol
-            metadata = commit.metadata or metadata
-            if commit.version > start and part.with_head:
-                delivered = _as_delivered(metadata, self.response_format)
-                head = TableHead(protocol, delivered, None, None, self.history_shared)
-                if self.historical_protocol and commit.protocol is not None:
-                    yield self.writer.protocol_line(head, commit.version)
-                if self.historical_metadata and commit.metadata is not None:
-                    yield self.writer.metadata_line(head, commit.version)
-            yield from self._files(part)
-
-    def _files(self, part: _Part) -> Iterator[FileSection]:
-        """The file sections of a part: its slice of [cdcs | removes | adds]."""
-        commit, ctx = part.commit, self.context(part.commit)
-        offset = 0
-        for files, action in ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD)):
-            low = max(part.first - offset, 0)
-            high = min(part.last - offset, files.num_rows)
-            if high > low:
-                yield FileSection(files.slice(low, high - low), ctx, action)
-            offset += files.num_rows
+def _files(part: CommitPart[ChangeCommit], ctx: FileContext) -> Iterator[FileSection]:
+    """The file sections of a part: its slice of [cdcs | removes | adds]."""
+    commit = part.commit
+    offset = 0
+    for files, action in ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD)):
+        low = max(part.first - offset, 0)
+        high = min(part.last - offset, files.num_rows)
+        if high > low:
+            yield FileSection(files.slice(low, high - low), ctx, action)
+        offset += files.num_rows

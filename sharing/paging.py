@@ -1,15 +1,18 @@
-"""Page tokens and refresh tokens of snapshot queries.
+"""Page tokens and refresh tokens of queries.
 
 Both pin the snapshot version chosen by the first request, so later pages and URL refreshes
 see the same files even when the table moves on. Tokens are signed (sharing.tokens) and
 bound to the table's configured id; a page token also carries a checksum of the query
-parameters, which must not change between pages.
+parameters, which must not change between pages. `QueryTokens.encode_page` and
+`decode_page` make and check every kind of page token (snapshot, streaming, and change
+data feed queries, each with its own pinned integers and parameters).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -44,9 +47,14 @@ class StreamPosition:
     index: int
 
 
-def parameters_checksum(request: QueryRequest) -> str:
-    """SHA-256 of the parameters that define the result (not paging or refresh fields)."""
-    params = {
+def checksum(parameters: Mapping[str, object]) -> str:
+    """SHA-256 of the parameters that define a result, as a page token carries it."""
+    return hashlib.sha256(orjson.dumps(parameters, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def query_parameters(request: QueryRequest) -> dict[str, object]:
+    """The parameters of a query that define its result (not paging or refresh fields)."""
+    return {
         "version": request.version,
         "timestamp": request.timestamp,
         "startingVersion": request.starting_version,
@@ -56,7 +64,11 @@ def parameters_checksum(request: QueryRequest) -> str:
         "limitHint": request.limit_hint,
         "includeHistoricalProtocol": request.include_historical_protocol,
     }
-    return hashlib.sha256(orjson.dumps(params, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def parameters_checksum(request: QueryRequest) -> str:
+    """SHA-256 of the parameters that define the result (not paging or refresh fields)."""
+    return checksum(query_parameters(request))
 
 
 def _now_ms() -> int:
@@ -71,54 +83,30 @@ class QueryTokens:
         self._page_ttl_ms = page_ttl_ms
         self._refresh_ttl_ms = refresh_ttl_ms
 
-    def page_token(
-        self, shared: SharedTable, request: QueryRequest, pinned: PinnedVersion, next_index: int
+    def encode_page(
+        self,
+        kind: str,
+        shared: SharedTable,
+        pinned: Mapping[str, int],
+        parameters: Mapping[str, object],
     ) -> str:
-        payload = {
-            "t": shared.config.id,
-            "v": pinned.version,
-            "i": next_index,
-            "c": parameters_checksum(request),
-            "tt": pinned.time_travel,
-        }
-        return self._codec.encode(PAGE_KIND, payload, _now_ms() + self._page_ttl_ms)
+        """A page token of `kind` for `shared`: the `pinned` integers, and a checksum of the
+        `parameters` that must not change between pages."""
+        payload = {"t": shared.config.id, "c": checksum(parameters), "p": dict(pinned)}
+        return self._codec.encode(kind, payload, _now_ms() + self._page_ttl_ms)
 
-    def stream_page_token(
-        self, shared: SharedTable, request: QueryRequest, position: StreamPosition
-    ) -> str:
-        payload = {
-            "t": shared.config.id,
-            "s": position.start,
-            "e": position.end,
-            "v": position.commit,
-            "i": position.index,
-            "c": parameters_checksum(request),
-        }
-        return self._codec.encode(STREAM_PAGE_KIND, payload, _now_ms() + self._page_ttl_ms)
-
-    def read_stream_page_token(self, shared: SharedTable, request: QueryRequest) -> StreamPosition:
-        payload = self._checked_page_payload(STREAM_PAGE_KIND, shared, request)
-        fields = [payload.get(k) for k in ("s", "e", "v", "i")]
-        if not all(isinstance(f, int) for f in fields):
-            raise InvalidParameter(f"Error decoding the page token: {request.page_token}.")
-        start, end, commit, index = fields
-        return StreamPosition(start, end, commit, index)  # type: ignore[arg-type]
-
-    def refresh_token(self, shared: SharedTable, version: int) -> str:
-        payload = {"t": shared.config.id, "v": version}
-        return self._codec.encode(REFRESH_KIND, payload, _now_ms() + self._refresh_ttl_ms)
-
-    def read_page_token(self, shared: SharedTable, request: QueryRequest) -> PinnedVersion:
-        payload = self._checked_page_payload(PAGE_KIND, shared, request)
-        version, index = payload.get("v"), payload.get("i")
-        if not isinstance(version, int) or not isinstance(index, int):
-            raise InvalidParameter(f"Error decoding the page token: {request.page_token}.")
-        return PinnedVersion(version, index, bool(payload.get("tt")))
-
-    def _checked_page_payload(
-        self, kind: str, shared: SharedTable, request: QueryRequest
-    ) -> dict[str, object]:
-        token = request.page_token or ""
+    def decode_page(
+        self,
+        kind: str,
+        shared: SharedTable,
+        token: str | None,
+        parameters: Mapping[str, object],
+        fields: Sequence[str],
+    ) -> list[int]:
+        """The pinned integers `fields` of a page token made by `encode_page`, after the
+        checks every page token gets (signature, expiry, table, parameters), each failing
+        with the reference's message."""
+        token = token or ""
         try:
             payload = self._codec.decode(kind, token)
         except ExpiredToken:
@@ -131,12 +119,53 @@ class QueryTokens:
             raise InvalidParameter(
                 "The table specified in the page token does not match the table being queried."
             )
-        if payload.get("c") != parameters_checksum(request):
+        if payload.get("c") != checksum(parameters):
             raise InvalidParameter(
                 "Query parameter mismatch detected for the next page query. The query parameter\n"
                 "cannot change when querying the next page results."
             )
-        return payload
+        pinned = payload.get("p")
+        values = [pinned.get(f) for f in fields] if isinstance(pinned, dict) else [None]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise InvalidParameter(f"Error decoding the page token: {token}.")
+        return values  # type: ignore[return-value]
+
+    def page_token(
+        self, shared: SharedTable, request: QueryRequest, pinned: PinnedVersion, next_index: int
+    ) -> str:
+        fields = {"v": pinned.version, "i": next_index, "tt": int(pinned.time_travel)}
+        return self.encode_page(PAGE_KIND, shared, fields, query_parameters(request))
+
+    def read_page_token(self, shared: SharedTable, request: QueryRequest) -> PinnedVersion:
+        version, index, time_travel = self.decode_page(
+            PAGE_KIND, shared, request.page_token, query_parameters(request), ("v", "i", "tt")
+        )
+        return PinnedVersion(version, index, bool(time_travel))
+
+    def stream_page_token(
+        self, shared: SharedTable, request: QueryRequest, position: StreamPosition
+    ) -> str:
+        fields = {
+            "s": position.start,
+            "e": position.end,
+            "v": position.commit,
+            "i": position.index,
+        }
+        return self.encode_page(STREAM_PAGE_KIND, shared, fields, query_parameters(request))
+
+    def read_stream_page_token(self, shared: SharedTable, request: QueryRequest) -> StreamPosition:
+        start, end, commit, index = self.decode_page(
+            STREAM_PAGE_KIND,
+            shared,
+            request.page_token,
+            query_parameters(request),
+            ("s", "e", "v", "i"),
+        )
+        return StreamPosition(start, end, commit, index)
+
+    def refresh_token(self, shared: SharedTable, version: int) -> str:
+        payload = {"t": shared.config.id, "v": version}
+        return self._codec.encode(REFRESH_KIND, payload, _now_ms() + self._refresh_ttl_ms)
 
     def read_refresh_token(self, shared: SharedTable, token: str) -> PinnedVersion:
         try:

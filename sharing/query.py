@@ -61,37 +61,41 @@ def parse_body(body: bytes) -> QueryRequest:
         )
     return QueryRequest(
         predicate_hints=tuple(hints or ()),
-        json_predicate_hints=_string(data, "jsonPredicateHints", "json_predicate_hints"),
+        json_predicate_hints=body_string(data, "jsonPredicateHints", "json_predicate_hints"),
         limit_hint=_integer(data, "limitHint", "limit_hint", _INT64, "int64"),
         version=_integer(data, "version", "version", _INT64, "int64"),
-        timestamp=_string(data, "timestamp", "timestamp"),
+        timestamp=body_string(data, "timestamp", "timestamp"),
         starting_version=_integer(data, "startingVersion", "starting_version", _INT64, "int64"),
         ending_version=_integer(data, "endingVersion", "ending_version", _INT64, "int64"),
         max_files=_integer(data, "maxFiles", "max_files", _INT32, "int32"),
-        page_token=_string(data, "pageToken", "page_token"),
+        page_token=body_string(data, "pageToken", "page_token"),
         include_refresh_token=_boolean(data, "includeRefreshToken", "include_refresh_token"),
-        refresh_token=_string(data, "refreshToken", "refresh_token"),
-        idempotency_key=_string(data, "idempotencyKey", "idempotency_key"),
+        refresh_token=body_string(data, "refreshToken", "refresh_token"),
+        idempotency_key=body_string(data, "idempotencyKey", "idempotency_key"),
         include_historical_protocol=_boolean(
             data, "includeHistoricalProtocol", "include_historical_protocol"
         ),
     )
 
 
-def _lookup(data: dict[str, Any], json_name: str, proto_name: str) -> Any:
+def body_field(data: dict[str, Any], json_name: str, proto_name: str) -> Any:
+    """A field of a JSON request body, by its JSON name or else its proto name."""
     value = data.get(json_name)
     return data.get(proto_name) if value is None else value
 
 
-def _string(data: dict[str, Any], json_name: str, proto_name: str) -> str | None:
-    value = _lookup(data, json_name, proto_name)
+def body_string(
+    data: dict[str, Any], json_name: str, proto_name: str, message_type: str = _MESSAGE_TYPE
+) -> str | None:
+    """A string field of a JSON request body (of `message_type`), or None when absent."""
+    value = body_field(data, json_name, proto_name)
     if value is None or isinstance(value, str):
         return value
-    raise MalformedRequest(f"Expected a string for field {json_name} of {_MESSAGE_TYPE}")
+    raise MalformedRequest(f"Expected a string for field {json_name} of {message_type}")
 
 
 def _boolean(data: dict[str, Any], json_name: str, proto_name: str) -> bool:
-    value = _lookup(data, json_name, proto_name)
+    value = body_field(data, json_name, proto_name)
     if value is None:
         return False
     if isinstance(value, bool):
@@ -104,7 +108,7 @@ def _boolean(data: dict[str, Any], json_name: str, proto_name: str) -> bool:
 def _integer(
     data: dict[str, Any], json_name: str, proto_name: str, bounds: tuple[int, int], kind: str
 ) -> int | None:
-    value = _lookup(data, json_name, proto_name)
+    value = body_field(data, json_name, proto_name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | str | float):

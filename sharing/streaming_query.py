@@ -13,22 +13,20 @@ read, deletion vectors in parquet format) run over the whole range before the fi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from deltalog import Snapshot
-from deltalog.actions import Metadata
-from deltalog.actions import Protocol as DeltaProtocol
 from deltalog.changes import DataChangeCommit, data_changes
 from sharing import capabilities
+from sharing.commit_pages import CommitPart, commit_sections, paginate
 from sharing.errors import InvalidParameter
-from sharing.formats import ADD, REMOVE, FileContext, FormatWriter, TableHead, writer_for
+from sharing.formats import ADD, REMOVE, FileContext, writer_for
 from sharing.paging import QueryTokens, StreamPosition
 from sharing.presign.base import Signer
 from sharing.snapshot_query import (
     FileSection,
     QueryInputs,
     QueryPlan,
-    Section,
     check_parquet_readable,
     table_head,
 )
@@ -76,17 +74,26 @@ def plan_streaming(
 
     paged = request.max_files is not None or request.page_token is not None
     budget = min(request.max_files or page_size_limit, page_size_limit) if paged else None
-    pages = _paginate(commits, position, budget)
+    parts, resume = paginate(commits, position, budget, _actions)
     next_token = None
-    if pages.resume is not None:
-        next_token = tokens.stream_page_token(shared, request, pages.resume)
-    historical_protocol = request.include_historical_protocol and chosen == capabilities.DELTA
-    lines = _Lines(writer, snapshot, history_shared, historical_protocol, context)
+    if resume is not None:
+        next_token = tokens.stream_page_token(shared, request, resume)
+    sections = commit_sections(
+        parts,
+        start,
+        writer=writer,
+        protocol=snapshot.protocol,
+        metadata=snapshot.metadata,
+        history_shared=history_shared,
+        historical_protocol=request.include_historical_protocol and chosen == capabilities.DELTA,
+        historical_metadata=True,
+        files=lambda part: _files(part, context(part.commit)),
+    )
     return QueryPlan(
         version=start,
         response_format=chosen,
         head=head,
-        sections=lines.sections(pages.parts, start),
+        sections=sections,
         writer=writer,
         end_stream=caps.include_end_stream_action or paged,
         header_end_stream=caps.include_end_stream_action,
@@ -138,78 +145,17 @@ def _check_range(
         check_parquet_readable(chosen, commit.adds)
 
 
-@dataclass(frozen=True)
-class _Part:
-    """One commit's share of a page: its file actions from `first` (inclusive) to `last`
-    (exclusive), removes first, and whether its metaData/protocol lines belong here."""
-
-    commit: DataChangeCommit
-    first: int
-    last: int
-    with_head: bool
+def _actions(commit: DataChangeCommit) -> int:
+    return commit.removes.num_rows + commit.adds.num_rows
 
 
-@dataclass(frozen=True)
-class _Pages:
-    parts: list[_Part]
-    resume: StreamPosition | None
-
-
-def _paginate(
-    commits: list[DataChangeCommit], position: StreamPosition, budget: int | None
-) -> _Pages:
-    """The commits (and action ranges) of this page, and where the next page starts."""
-    parts: list[_Part] = []
-    left = budget
-    for i, commit in enumerate(commits):
-        total = commit.removes.num_rows + commit.adds.num_rows
-        first = position.index if commit.version == position.commit else 0
-        with_head = first == 0
-        take = total - first if left is None else min(total - first, left)
-        parts.append(_Part(commit, first, first + take, with_head))
-        if left is not None:
-            left -= take
-            if left == 0:
-                if first + take < total:
-                    resume = StreamPosition(
-                        position.start, position.end, commit.version, first + take
-                    )
-                    return _Pages(parts, resume)
-                if i + 1 < len(commits):
-                    following = commits[i + 1].version
-                    return _Pages(parts, StreamPosition(position.start, position.end, following, 0))
-                return _Pages(parts, None)
-    return _Pages(parts, None)
-
-
-@dataclass(frozen=True)
-class _Lines:
-    writer: FormatWriter
-    snapshot: Snapshot
-    history_shared: bool
-    historical_protocol: bool
-    context: Callable[[DataChangeCommit], FileContext]
-
-    def sections(self, parts: list[_Part], start: int) -> Iterator[Section]:
-        protocol: DeltaProtocol = self.snapshot.protocol
-        metadata: Metadata = self.snapshot.metadata
-        for part in parts:
-            commit = part.commit
-            protocol = commit.protocol or protocol
-            metadata = commit.metadata or metadata
-            if commit.version > start and part.with_head:
-                head = TableHead(protocol, metadata, None, None, self.history_shared)
-                if self.historical_protocol and commit.protocol is not None:
-                    yield self.writer.protocol_line(head, commit.version)
-                if commit.metadata is not None:
-                    yield self.writer.metadata_line(head, commit.version)
-            ctx = self.context(commit)
-            removes = commit.removes.num_rows
-            low, high = part.first, part.last
-            if low < removes:
-                yield FileSection(commit.removes.slice(low, min(high, removes) - low), ctx, REMOVE)
-            if high > removes:
-                first_add = max(low - removes, 0)
-                yield FileSection(
-                    commit.adds.slice(first_add, high - removes - first_add), ctx, ADD
-                )
+def _files(part: CommitPart[DataChangeCommit], ctx: FileContext) -> Iterator[FileSection]:
+    """The file sections of a part: its slice of [removes | adds]."""
+    commit = part.commit
+    removes = commit.removes.num_rows
+    low, high = part.first, part.last
+    if low < removes:
+        yield FileSection(commit.removes.slice(low, min(high, removes) - low), ctx, REMOVE)
+    if high > removes:
+        first_add = max(low - removes, 0)
+        yield FileSection(commit.adds.slice(first_add, high - removes - first_add), ctx, ADD)
