@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
 from conftest import CORPUS
 from server_fixture import RunningServer, make_config, run_server
+from tests_support import comparable_cell
 
 from deltalog import DeltaTable, history
 from deltalog.change_data import read_changes_data
@@ -105,31 +103,6 @@ def _url(server: RunningServer, name: str) -> str:
     return server.table_url("s", "cdf", name)
 
 
-def _cell(value: Any) -> Any:
-    """A comparable form of one cell, the same for pandas and pyarrow output."""
-    if value is None or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, pd.Timestamp):
-        value = value.to_pydatetime()
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value.isoformat()
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, float):
-        return round(value, 6)
-    if isinstance(value, Decimal):
-        return str(value.normalize())
-    if isinstance(value, dict):
-        return tuple(sorted((str(k), _cell(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple | np.ndarray):
-        return tuple(_cell(v) for v in value)
-    return value
-
-
 def _epoch_ms(column: pd.Series) -> pd.Series:
     """`_commit_timestamp` as epoch ms: the parquet path gives ms numbers, the delta path
     (delta-kernel-rs) a timestamp type."""
@@ -143,7 +116,9 @@ def _rows(frame: pd.DataFrame, columns: list[str]) -> list[tuple[Any, ...]]:
     frame = frame.copy()
     if "_commit_timestamp" in columns:
         frame["_commit_timestamp"] = _epoch_ms(frame["_commit_timestamp"])
-    rows = [tuple(_cell(v) for v in row) for row in frame[columns].itertuples(index=False)]
+    rows = [
+        tuple(comparable_cell(v) for v in row) for row in frame[columns].itertuples(index=False)
+    ]
     return sorted(rows, key=repr)
 
 

@@ -7,17 +7,15 @@ signed URLs; every read must return exactly the rows the corpus says the table h
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterator
-from decimal import Decimal
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 from conftest import CORPUS
 from server_fixture import RunningServer, make_config, run_server
+from tests_support import comparable_cell
 
 delta_sharing = pytest.importorskip("delta_sharing")
 
@@ -155,36 +153,11 @@ def _expected(relative: str) -> pd.DataFrame:
     return ds.dataset(str(CORPUS / relative), format="parquet").to_table().to_pandas()
 
 
-def _cell(value: Any) -> Any:
-    """A comparable, hashable form of one cell, the same for pandas and pyarrow output."""
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NaT:
-        return None
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, pd.Timestamp):
-        value = value.to_pydatetime()
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(dt.UTC).replace(tzinfo=None)
-        return value.isoformat()
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, float):
-        return round(value, 6)
-    if isinstance(value, Decimal):
-        return str(value.normalize())
-    if isinstance(value, bytes | bytearray):
-        return bytes(value)
-    if isinstance(value, dict):
-        return tuple(sorted((str(k), _cell(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple | np.ndarray):
-        return tuple(_cell(v) for v in value)
-    return value
-
-
 def _rows(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
     columns = sorted(frame.columns, key=str.lower)
-    rows = [tuple(_cell(v) for v in row) for row in frame[columns].itertuples(index=False)]
+    rows = [
+        tuple(comparable_cell(v) for v in row) for row in frame[columns].itertuples(index=False)
+    ]
     return sorted(rows, key=repr)
 
 

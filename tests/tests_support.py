@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import shutil
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pandas as pd
 from conftest import corpus_table
 
 
@@ -14,3 +20,30 @@ def basic_append_copy(directory: Path) -> Path:
     target = directory / "basic_append"
     shutil.copytree(source, target)
     return target
+
+
+def comparable_cell(value: Any) -> Any:
+    """A comparable, hashable form of one cell, the same for pandas and pyarrow output."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NaT:
+        return None
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, pd.Timestamp):
+        value = value.to_pydatetime()
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.isoformat()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, Decimal):
+        return str(value.normalize())
+    if isinstance(value, bytes | bytearray):
+        return bytes(value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), comparable_cell(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple | np.ndarray):
+        return tuple(comparable_cell(v) for v in value)
+    return value

@@ -24,7 +24,7 @@ def json_string(values: pa.Array) -> pa.Array:
     One pass of numpy over the array's data buffer decides what is needed: nothing for
     most columns (URLs, paths, partition values), one substring replacement each for
     backslashes and quotes when present (stats), and orjson row by row in the rare case of
-    control characters, which need `\\uXXXX` forms.
+    control characters, which need `\\u00NN` forms.
     """
     values = values.cast(pa.string())
     data = _data_bytes(values)
