@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from deltalog.actions import CommitActions, Metadata
 from deltalog.actions import Protocol as DeltaProtocol
-from deltalog.commits import commit_key
+from deltalog.commits import commit_key, commit_name, metadata_from_action
 from deltalog.errors import CorruptLogError, DeltaError, MissingLogFileError
 from deltalog.history import CommitTimeline, timeline
 from deltalog.storage.base import Storage
@@ -183,7 +183,7 @@ def _commit_metadata(storage: Storage, root: str, version: int) -> Metadata | No
     try:
         data = storage.read(key)
     except FileNotFoundError as exc:
-        raise MissingLogFileError(f"commit file {version:020d}.json is missing") from exc
+        raise MissingLogFileError(f"commit file {commit_name(version)} is missing") from exc
     found: Metadata | None = None
     for line in data.splitlines():
         head = line.lstrip()[1:].lstrip()
@@ -191,9 +191,9 @@ def _commit_metadata(storage: Storage, root: str, version: int) -> Metadata | No
             continue
         try:
             action = orjson.loads(line)
-            found = Metadata.from_action(action["metaData"])
+            found = metadata_from_action(action["metaData"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise CorruptLogError(f"{version:020d}.json: malformed metaData action") from exc
+            raise CorruptLogError(f"{commit_name(version)}: malformed metaData action") from exc
     return found
 
 

@@ -46,10 +46,6 @@ def commit_key(storage: Storage, table_root_key: str, version: int) -> str:
     return storage.join(table_root_key, f"{LOG_DIR}/{commit_name(version)}")
 
 
-def empty_table(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
-
-
 def file_actions_table(kind: str, rows: list[dict[str, Any]], version: int, name: str) -> pa.Table:
     """An Arrow table in the contract schema for the `kind` ('add', 'remove', 'cdc') rows.
 
@@ -58,7 +54,7 @@ def file_actions_table(kind: str, rows: list[dict[str, Any]], version: int, name
     """
     full = _FULL_SCHEMAS[kind]
     if not rows:
-        return empty_table(full)
+        return full.empty_table()
     try:
         table = pa.Table.from_pylist(rows, schema=_SCHEMAS_NO_VERSION[kind])
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:

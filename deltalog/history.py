@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 import orjson
 
 from deltalog.actions import Metadata
-from deltalog.commits import ICT_ENABLED_KEY
+from deltalog.commits import commit_name, in_commit_timestamps_enabled
 from deltalog.errors import (
     CorruptLogError,
     TableNotFoundError,
@@ -81,9 +81,7 @@ class TableLike(Protocol):
 
 def ict_enablement_version(metadata: Metadata | None) -> int | None:
     """The first version whose timestamp is its ICT, or None when ICT is off."""
-    if metadata is None:
-        return None
-    if metadata.configuration.get(ICT_ENABLED_KEY, "false").lower() != "true":
+    if metadata is None or not in_commit_timestamps_enabled(metadata):
         return None
     raw = metadata.configuration.get(ICT_ENABLEMENT_VERSION_KEY)
     if raw is None:
@@ -176,7 +174,7 @@ class CommitTimeline:
         `_ict_floor + v` is the lowest timestamp version v >= enablement may have: one ms
         per version after the monotonised file time of the last commit before it."""
         version, key = self._versions[-1], self._keys[-1]
-        if key.endswith(f"/{version:020d}.json") and self._find_ict(version, key) is None:
+        if key.endswith(f"/{commit_name(version)}") and self._find_ict(version, key) is None:
             ict_from = None
         else:
             ict_from = ict_enablement_version(table.snapshot().metadata)
@@ -256,7 +254,7 @@ class CommitTimeline:
         ict = self._find_ict(version, key)
         if ict is None:
             raise CorruptLogError(
-                f"{version:020d}.json: in-commit timestamps are enabled but the commit has "
+                f"{commit_name(version)}: in-commit timestamps are enabled but the commit has "
                 "no commitInfo.inCommitTimestamp"
             )
         return ict
@@ -273,7 +271,7 @@ class CommitTimeline:
                 found, ict = _commit_info_ict(self._storage.read(key).splitlines())
         except FileNotFoundError as exc:
             raise VersionNotFoundError(
-                f"commit {version:020d}.json is no longer in the log",
+                f"commit {commit_name(version)} is no longer in the log",
                 version=version,
                 earliest=self._earliest,
                 latest=None,

@@ -45,8 +45,8 @@ def describe(
         "timestamp": snapshot.timestamp,
         "protocol": _protocol(snapshot),
         "metadata": _metadata(snapshot),
-        "numFiles": files.num_rows,
-        "sizeInBytes": int(pc.sum(files.column("size")).as_py() or 0),
+        "numFiles": snapshot.num_files,
+        "sizeInBytes": snapshot.size_in_bytes,
     }
     if include_files:
         result["files"] = _files(files)

@@ -11,7 +11,7 @@ looked up on first use, so loading a snapshot never lists more than its log segm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +24,7 @@ from deltalog.errors import CorruptLogError
 from deltalog.features import check_reader_protocol
 from deltalog.log_segment import LogSegment
 from deltalog.replay import FileState, apply_commits
-from deltalog.storage.base import Storage
+from deltalog.storage.base import FileInfo, Storage
 
 CommitClock = Callable[[int, int | None], int]
 """clock(version, in-commit timestamp already read from that commit or None) -> the
@@ -103,10 +103,6 @@ class Snapshot:
         return self._state.tombstones
 
     @property
-    def file_state(self) -> FileState:
-        return self._state
-
-    @property
     def num_files(self) -> int:
         return self._state.files.num_rows
 
@@ -130,14 +126,9 @@ class Snapshot:
                     f"commit {c.version} does not follow version {expected - 1} contiguously"
                 )
             expected += 1
-        protocol, metadata = self.protocol, self.metadata
         txns = dict(self.txns)
         domains = dict(self.domain_metadata)
-        for c in commits:
-            protocol = c.protocol or protocol
-            metadata = c.metadata or metadata
-            txns.update(c.txns)
-            _apply_domains(domains, c.domain_metadata)
+        protocol, metadata = _fold_actions(commits, self.protocol, self.metadata, txns, domains)
         return Snapshot(
             storage=self.storage,
             table_root=self.table_root,
@@ -159,21 +150,38 @@ class Snapshot:
         )
 
 
-def _apply_domains(domains: dict[str, dict[str, Any]], updates: dict[str, dict[str, Any]]) -> None:
-    for name, action in updates.items():
-        if action.get("removed"):
-            domains.pop(name, None)
-        else:
-            domains[name] = action
+def _fold_actions(
+    commits: Sequence[CommitActions],
+    protocol: Protocol | None,
+    metadata: Metadata | None,
+    txns: dict[str, int],
+    domains: dict[str, dict[str, Any]],
+) -> tuple[Protocol | None, Metadata | None]:
+    """The protocol and metadata in effect after `commits`; `txns` and `domains` are
+    updated in place."""
+    for c in commits:
+        protocol = c.protocol or protocol
+        metadata = c.metadata or metadata
+        txns.update(c.txns)
+        for name, action in c.domain_metadata.items():
+            if action.get("removed"):
+                domains.pop(name, None)
+            else:
+                domains[name] = action
+    return protocol, metadata
 
 
-def read_segment_commits(
-    storage: Storage, table_root: str, segment: LogSegment, metadata: Metadata | None
+def read_commits(
+    storage: Storage,
+    table_root: str,
+    listed: Iterable[tuple[int, FileInfo]],
+    metadata: Metadata | None,
 ) -> list[CommitActions]:
-    """The commits of `segment`, with timestamps following the in-commit-timestamp
-    setting in effect at each of them (starting from `metadata`, the checkpoint's)."""
+    """The listed commits (version, file info), in order, with timestamps following the
+    in-commit-timestamp setting in effect at each of them (starting from `metadata`, the
+    one in effect before the first)."""
     commits = []
-    for version, info in segment.commits:
+    for version, info in listed:
         enabled = in_commit_timestamps_enabled(metadata)
         commit = read_commit(storage, table_root, version, info, ict_enabled=enabled)
         metadata = commit.metadata or metadata
@@ -198,12 +206,8 @@ def load_snapshot(
         state = FileState.empty()
         txns, domains, version = {}, {}, -1
         checkpoint_version = None
-    commits = read_segment_commits(storage, table_root, segment, metadata)
-    for c in commits:
-        protocol = c.protocol or protocol
-        metadata = c.metadata or metadata
-        txns.update(c.txns)
-        _apply_domains(domains, c.domain_metadata)
+    commits = read_commits(storage, table_root, segment.commits, metadata)
+    protocol, metadata = _fold_actions(commits, protocol, metadata, txns, domains)
     in_commit_timestamp = None
     if commits:
         version, in_commit_timestamp = commits[-1].version, commits[-1].in_commit_timestamp

@@ -23,7 +23,7 @@ from deltalog.log_segment import (
     list_log,
     read_last_checkpoint,
 )
-from deltalog.snapshot import Snapshot, load_snapshot
+from deltalog.snapshot import Snapshot, load_snapshot, read_commits
 from deltalog.storage import resolve
 from deltalog.storage.base import FileInfo, Storage
 
@@ -117,8 +117,7 @@ class DeltaTable:
             if len(versions) <= MAX_INCREMENTAL_COMMITS and all(
                 v in listing.commits for v in versions
             ):
-                commits = [self._read(v, listing.commits[v], latest) for v in versions]
-                latest = latest.with_commits(commits)
+                latest = latest.with_commits(self._read_listed(listing.commits, versions, latest))
                 self._latest = latest
                 return latest
         segment = build_segment(self.storage, self.table_root)
@@ -140,10 +139,7 @@ class DeltaTable:
         versions = range(base.version + 1, version + 1)
         if not all(v in listing.commits for v in versions):
             return None  # let the full path raise the right error
-        snap = base
-        for v in versions:
-            snap = snap.with_commits([self._read(v, listing.commits[v], snap)])
-        return snap
+        return base.with_commits(self._read_listed(listing.commits, versions, base))
 
     def _commit_timestamp(self, version: int, in_commit_timestamp: int | None) -> int:
         """The clock of this table's snapshots: the history timeline, so a snapshot's
@@ -151,13 +147,12 @@ class DeltaTable:
         table's lock (the timeline may ask this table for its latest snapshot)."""
         return history.timeline(self, through=version).timestamp(version, in_commit_timestamp)
 
-    def _read(self, version: int, info: FileInfo, before: Snapshot) -> CommitActions:
-        return _read_commit(
-            self.storage,
-            self.table_root,
-            version,
-            info,
-            ict_enabled=before.in_commit_timestamps_enabled,
+    def _read_listed(
+        self, listed: dict[int, FileInfo], versions: range, before: Snapshot
+    ) -> list[CommitActions]:
+        """The commits `versions` (all in `listed`) that follow the snapshot `before`."""
+        return read_commits(
+            self.storage, self.table_root, ((v, listed[v]) for v in versions), before.metadata
         )
 
     def _remember(self, snap: Snapshot) -> None:
