@@ -11,7 +11,6 @@ The credentials themselves come from `sharing.vend.<cloud>`, scoped to that loca
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -19,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 from deltalog.storage.base import Storage
 from sharing.catalog import SharedTable
 from sharing.errors import InvalidParameter, UnsupportedOperation
+from sharing.presign.cloud import is_storage
 
 __all__ = [
     "OUTSIDE_TABLE",
@@ -143,11 +143,6 @@ class TemporaryCredentials:
         return f"TemporaryCredentials({self.location!r}, {self.kind}, {self.expiration_ms})"
 
 
-def _is(storage: Storage, module: str, cls: str) -> bool:
-    loaded = sys.modules.get(module)
-    return loaded is not None and isinstance(storage, getattr(loaded, cls))
-
-
 def vend(
     shared: SharedTable, storage: Storage, requested: str | None, validity_seconds: int
 ) -> TemporaryCredentials:
@@ -155,15 +150,15 @@ def vend(
     log is read through `storage`, valid for at most `validity_seconds`."""
     require_history_for_credentials(shared)
     location, parsed = check_location(shared.config.location, requested)
-    if _is(storage, "deltalog.storage.s3", "S3Storage"):
+    if is_storage(storage, "deltalog.storage.s3", "S3Storage"):
         from sharing.vend import s3
 
         return s3.vend(storage, location, parsed, validity_seconds)  # type: ignore[arg-type]
-    if _is(storage, "deltalog.storage.azure", "AzureStorage"):
+    if is_storage(storage, "deltalog.storage.azure", "AzureStorage"):
         from sharing.vend import azure
 
         return azure.vend(storage, location, parsed, validity_seconds)  # type: ignore[arg-type]
-    if _is(storage, "deltalog.storage.gcs", "GcsStorage"):
+    if is_storage(storage, "deltalog.storage.gcs", "GcsStorage"):
         from sharing.vend import gcs
 
         return gcs.vend(storage, location, parsed, validity_seconds)  # type: ignore[arg-type]

@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit
 
 from deltalog.storage.azure import AzureStorage, split_key
 from sharing.errors import SharingError, UnsupportedOperation
-from sharing.presign.base import SignedUrls
+from sharing.presign.base import ABSOLUTE_PATHS, SignedUrls
 from sharing.presign.prepared_hmac import PreparedHmac
 from sharing.presign.url_paths import PathEncoder
 
@@ -47,6 +47,14 @@ def format_expiry(epoch_seconds: int) -> str:
 
 def _sas_value(value: str) -> str:
     return quote(value, safe="/")
+
+
+def decode_key(secret: str) -> bytes:
+    """The raw bytes of a base64 account or delegation key."""
+    try:
+        return base64.b64decode(secret, validate=True)
+    except ValueError as exc:
+        raise SharingError("the Azure signing key is not valid base64") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,25 @@ class DelegationKey:
     def expiry_epoch(self) -> int:
         return calendar.timegm(time.strptime(self.expiry, _SAS_TIME))
 
+    def signed_fields(self) -> str:
+        """The key's lines of a service SAS string-to-sign (after the resource), followed
+        by the seven empty ones for saoid, suoid, scid, skdutid, sduoid and sip."""
+        return (
+            f"\n{self.oid}\n{self.tid}\n{self.start}\n{self.expiry}\n{self.service}"
+            f"\n{self.version}" + "\n" * 7
+        )
+
+    def query_fields(self) -> tuple[tuple[str, str], ...]:
+        """The key's SAS query parameters, in the SDK's order (values not yet encoded)."""
+        return (
+            ("skoid", self.oid),
+            ("sktid", self.tid),
+            ("skt", self.start),
+            ("ske", self.expiry),
+            ("sks", self.service),
+            ("skv", self.version),
+        )
+
     def __repr__(self) -> str:  # never show the key value
         return f"DelegationKey(oid={self.oid!r}, expiry={self.expiry!r})"
 
@@ -100,10 +127,7 @@ class AzureSigner:
             raise ValueError("ttl_seconds must be positive")
         self._delegation = key if isinstance(key, DelegationKey) else None
         secret = key.value if isinstance(key, DelegationKey) else key
-        try:
-            self._mac = PreparedHmac(base64.b64decode(secret, validate=True))
-        except ValueError as exc:
-            raise SharingError("the Azure signing key is not valid base64") from exc
+        self._mac = PreparedHmac(decode_key(secret))
         self._account = account
         self._ttl = int(ttl_seconds)
         self._version = version
@@ -146,22 +170,8 @@ class AzureSigner:
         d = self._delegation
         if d is None:
             return f"\n\n\n{protocol}\n{version}\nb" + "\n" * 7, f"{query}&sig="
-        signed = (
-            f"\n{d.oid}\n{d.tid}\n{d.start}\n{d.expiry}\n{d.service}\n{d.version}"
-            + "\n" * 7  # saoid, suoid, scid, skdutid, sduoid, sip: all empty
-        )
-        query += "".join(
-            f"&{name}={_sas_value(value)}"
-            for name, value in (
-                ("skoid", d.oid),
-                ("sktid", d.tid),
-                ("skt", d.start),
-                ("ske", d.expiry),
-                ("sks", d.service),
-                ("skv", d.version),
-            )
-        )
-        return f"{signed}{protocol}\n{version}\nb" + "\n" * 9, f"{query}&sig="
+        query += "".join(f"&{name}={_sas_value(value)}" for name, value in d.query_fields())
+        return f"{d.signed_fields()}{protocol}\n{version}\nb" + "\n" * 9, f"{query}&sig="
 
     def sign(self, keys: Sequence[str], now: float | None = None) -> SignedUrls:
         """One URL per key (keys are `container/blob` storage keys under the table root)."""
@@ -180,9 +190,7 @@ class AzureSigner:
         append = urls.append
         for key in keys:
             if not key.startswith(root):
-                raise UnsupportedOperation(
-                    "Table contains absolute paths and cannot be shared through delta sharing"
-                )
+                raise UnsupportedOperation(ABSOLUTE_PATHS)
             name = key[cut:]
             signature = b64(digest(f"{head}{name}{tail}".encode())).decode()
             # 43 base64 characters and one '=' of padding; '/' stays as the SDK leaves it

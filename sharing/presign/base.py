@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+# The reference server's message for a key outside the table root (an absolute log path).
+ABSOLUTE_PATHS = "Table contains absolute paths and cannot be shared through delta sharing"
+
 
 @dataclass(frozen=True, slots=True)
 class SignedUrls:

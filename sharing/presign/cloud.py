@@ -14,7 +14,8 @@ from deltalog.storage.base import Storage
 from sharing.presign.base import Signer
 
 
-def _is(storage: Storage, module: str, cls: str) -> bool:
+def is_storage(storage: Storage, module: str, cls: str) -> bool:
+    """Whether `storage` is a `module.cls`, without importing the (SDK-backed) module."""
     loaded = sys.modules.get(module)
     return loaded is not None and isinstance(storage, getattr(loaded, cls))
 
@@ -22,15 +23,15 @@ def _is(storage: Storage, module: str, cls: str) -> bool:
 def cloud_signer(storage: Storage, *, table_root: str, ttl_seconds: int) -> Signer | None:
     """A signer for `storage` (S3, Azure or GCS) bound to one table, or None for any other
     storage (the caller then uses the local signer)."""
-    if _is(storage, "deltalog.storage.s3", "S3Storage"):
+    if is_storage(storage, "deltalog.storage.s3", "S3Storage"):
         from sharing.presign.s3 import S3Signer
 
         return S3Signer.for_storage(storage, table_root=table_root, ttl_seconds=ttl_seconds)  # type: ignore[arg-type]
-    if _is(storage, "deltalog.storage.azure", "AzureStorage"):
+    if is_storage(storage, "deltalog.storage.azure", "AzureStorage"):
         from sharing.presign.azure import AzureSigner
 
         return AzureSigner.for_storage(storage, table_root=table_root, ttl_seconds=ttl_seconds)  # type: ignore[arg-type]
-    if _is(storage, "deltalog.storage.gcs", "GcsStorage"):
+    if is_storage(storage, "deltalog.storage.gcs", "GcsStorage"):
         from sharing.presign.gcs import GcsSigner
 
         return GcsSigner.for_storage(storage, table_root=table_root, ttl_seconds=ttl_seconds)  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from deltalog.storage.gcs import GcsStorage, split_key
 from sharing.errors import SharingError, UnsupportedOperation
-from sharing.presign.base import SignedUrls
+from sharing.presign.base import ABSOLUTE_PATHS, SignedUrls
 from sharing.presign.gcs_iam import IamBlobSigner, default_blob_signer
 from sharing.presign.prepared_hmac import PreparedHmac
 from sharing.presign.url_paths import PathEncoder
@@ -212,9 +212,7 @@ class GcsSigner:
         to_sign: list[bytes] = []
         for key in keys:
             if not key.startswith(root):
-                raise UnsupportedOperation(
-                    "Table contains absolute paths and cannot be shared through delta sharing"
-                )
+                raise UnsupportedOperation(ABSOLUTE_PATHS)
             path = encode(key[cut:])
             digest = sha256(f"{request_head}{path}{request_tail}".encode()).hexdigest()
             paths.append(path)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from sharing.errors import UnsupportedOperation
-from sharing.presign.base import SignedUrls
+from sharing.presign.base import ABSOLUTE_PATHS, SignedUrls
 from sharing.presign.prepared_hmac import PreparedHmac
 from sharing.presign.url_paths import all_plain
 
@@ -40,13 +40,6 @@ def table_key(master: bytes, share: str, schema: str, table: str) -> bytes:
 def url_signature(key: bytes, relative_path: str, expires_ms: int) -> str:
     """The `sig` parameter: hex HMAC-SHA256 of the expiry and the decoded relative path."""
     return hmac.new(key, f"{expires_ms}\x00{relative_path}".encode(), hashlib.sha256).hexdigest()
-
-
-def quote_path(relative_path: str) -> str:
-    """Percent-encode a decoded relative path for use in a URL path."""
-    if _URL_SAFE_PATH.match(relative_path):
-        return relative_path
-    return quote(relative_path, safe="/=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +91,7 @@ class LocalSigner:
         query = f"?exp={expires}&sp=r&sig="
         for storage_key in keys:
             if not storage_key.startswith(root):
-                raise UnsupportedOperation(
-                    "Table contains absolute paths and cannot be shared through delta sharing"
-                )
+                raise UnsupportedOperation(ABSOLUTE_PATHS)
             relative = storage_key[cut:]
             inner = with_expiry()
             inner.update(relative.encode())

@@ -25,7 +25,7 @@ from botocore.credentials import Credentials
 
 from deltalog.storage.s3 import S3Storage, split_key
 from sharing.errors import SharingError, UnsupportedOperation
-from sharing.presign.base import SignedUrls
+from sharing.presign.base import ABSOLUTE_PATHS, SignedUrls
 from sharing.presign.prepared_hmac import PreparedHmac
 from sharing.presign.url_paths import PathEncoder, all_plain
 
@@ -177,9 +177,7 @@ class S3Signer:
         # One SHA-256 and one HMAC (two copied states) per URL, nothing else per key.
         for key in keys:
             if not key.startswith(root):
-                raise UnsupportedOperation(
-                    "Table contains absolute paths and cannot be shared through delta sharing"
-                )
+                raise UnsupportedOperation(ABSOLUTE_PATHS)
             path = key[cut:].replace("=", "%3D") if encode is None else encode(key[cut:])
             digest = sha256(f"{request_head}{path}{request_tail}".encode()).hexdigest()
             inner = with_head()

@@ -72,6 +72,7 @@ from sharing.skipping.stats import (
     StatsCache,
     StatsRequest,
     parse_stats,
+    scatter_indices,
 )
 
 log = logging.getLogger(__name__)
@@ -184,9 +185,7 @@ def _candidates_first(files: pa.Table, resolver: Resolver, predicate: Expr) -> M
     fine, _ = subset.evaluate(predicate)
     if isinstance(fine, bool):
         return coarse if fine else False
-    positions = pc.subtract(pc.cumulative_sum(pc.cast(coarse, pa.int64())), 1)
-    indices = pc.if_else(coarse, positions, pa.scalar(None, pa.int64()))
-    return pc.fill_null(pc.take(fine, indices), False)
+    return pc.fill_null(pc.take(fine, scatter_indices(coarse)), False)
 
 
 def apply_limit(

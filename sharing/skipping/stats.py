@@ -69,7 +69,7 @@ def parse_stats(stats: pa.Array, requests: Sequence[StatsRequest]) -> FileStats:
     if n == 0:
         return _extract(pa.table({f.name: pa.array([], f.type) for f in schema}), requests)
     groups = _groups(stats)
-    tables = list(_executor().map(lambda g: _parse_group(g, schema, requests), groups))
+    tables = list(_executor().map(lambda g: _parse_group(g, schema), groups))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     return _extract(table, requests)
 
@@ -121,7 +121,7 @@ def _groups(stats: pa.Array) -> list[pa.Array]:
     return [stats.slice(start, per_group) for start in range(0, n, per_group)]
 
 
-def _parse_group(group: pa.Array, schema: pa.Schema, requests: Sequence[StatsRequest]) -> pa.Table:
+def _parse_group(group: pa.Array, schema: pa.Schema) -> pa.Table:
     usable = pc.fill_null(pc.greater(pc.binary_length(group), 0), False)
     n_usable = pc.sum(usable).as_py() or 0
     if n_usable == 0:
@@ -132,13 +132,18 @@ def _parse_group(group: pa.Array, schema: pa.Schema, requests: Sequence[StatsReq
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         table = None
     if table is None or table.num_rows != n_usable:
-        return _parse_rows(group, schema, requests)
+        return _parse_rows(group, schema)
     if n_usable == len(group):
         return table
     # Scatter the parsed rows back to their positions; unusable rows become null.
-    positions = pc.subtract(pc.cumulative_sum(pc.cast(usable, pa.int64())), 1)
-    indices = pc.if_else(usable, positions, pa.scalar(None, pa.int64()))
-    return table.take(indices)
+    return table.take(scatter_indices(usable))
+
+
+def scatter_indices(mask: pa.Array) -> pa.Array:
+    """For `take`: at each True position of `mask` the index of that row among the rows
+    `filter(mask)` kept, null elsewhere (results for a filtered subset put back in place)."""
+    positions = pc.subtract(pc.cumulative_sum(pc.cast(mask, pa.int64())), 1)
+    return pc.if_else(mask, positions, pa.scalar(None, pa.int64()))
 
 
 def _read_json(dense: pa.Array, schema: pa.Schema) -> pa.Table:
@@ -156,7 +161,7 @@ def _null_table(schema: pa.Schema, n: int) -> pa.Table:
     return pa.table({f.name: pa.nulls(n, f.type) for f in schema}, schema=schema)
 
 
-def _parse_rows(group: pa.Array, schema: pa.Schema, requests: Sequence[StatsRequest]) -> pa.Table:
+def _parse_rows(group: pa.Array, schema: pa.Schema) -> pa.Table:
     """The slow, tolerant path: orjson per row, values of the wrong JSON type become null."""
     num_records: list[int | None] = []
     values: dict[str, list[dict]] = {"minValues": [], "maxValues": [], "nullCount": []}

@@ -25,7 +25,7 @@ from azure.core.exceptions import AzureError
 
 from deltalog.storage.azure import AzureStorage
 from sharing.errors import SharingError
-from sharing.presign.azure import SAS_VERSION, DelegationKey, format_expiry
+from sharing.presign.azure import SAS_VERSION, DelegationKey, decode_key, format_expiry
 from sharing.temp_credentials import CloudLocation, TemporaryCredentials
 
 __all__ = ["sas_token", "vend"]
@@ -56,32 +56,16 @@ def sas_token(
     query = [("se", se), ("sp", permissions), ("spr", protocol), ("sv", version)]
     if isinstance(key, DelegationKey):
         secret = key.value
-        tail = (
-            f"\n{key.oid}\n{key.tid}\n{key.start}\n{key.expiry}\n{key.service}\n{key.version}"
-            + "\n" * 7
-            + f"{protocol}\n{version}\n{resource}"
-            + "\n" * 9
-        )
-        query += [
-            ("skoid", key.oid),
-            ("sktid", key.tid),
-            ("skt", key.start),
-            ("ske", key.expiry),
-            ("sks", key.service),
-            ("skv", key.version),
-        ]
+        tail = f"{key.signed_fields()}{protocol}\n{version}\n{resource}" + "\n" * 9
+        query += key.query_fields()
     else:
         secret = key
         tail = f"\n\n\n{protocol}\n{version}\n{resource}" + "\n" * 7
     query.append(("sr", resource))
     if directory:
         query.append(("sdd", str(directory.count("/") + 1)))
-    try:
-        raw_key = base64.b64decode(secret, validate=True)
-    except ValueError as exc:
-        raise SharingError("the Azure signing key is not valid base64") from exc
     signature = base64.b64encode(
-        hmac.digest(raw_key, f"{head}{tail}".encode(), hashlib.sha256)
+        hmac.digest(decode_key(secret), f"{head}{tail}".encode(), hashlib.sha256)
     ).decode()
     query.append(("sig", signature))
     return "&".join(f"{name}={quote(value, safe='')}" for name, value in query)
