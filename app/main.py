@@ -11,6 +11,7 @@ from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestT
 from app.routes import credentials, files, health, listing, queries, tables
 from sharing.async_queries import build_service
 from sharing.catalog import Catalog
+from sharing.cdf_query import ChangeTokens
 from sharing.config import ServerConfig
 from sharing.fileserve import FileServer
 from sharing.paging import QueryTokens
@@ -47,6 +48,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     # instead of failing the first request, and first requests cannot race to build it.
     app.state.tables = TableService(config, stats_warmer=StatsWarmer())
     app.state.query_tokens = QueryTokens(
+        tokens,
+        page_ttl_ms=config.query_table_page_token_ttl_ms,
+        refresh_ttl_ms=config.refresh_token_ttl_ms,
+    )
+    app.state.change_tokens = ChangeTokens(
         tokens,
         page_ttl_ms=config.query_table_page_token_ttl_ms,
         refresh_ttl_ms=config.refresh_token_ttl_ms,

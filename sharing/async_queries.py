@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -37,11 +36,12 @@ from sharing.config import ServerConfig
 from sharing.errors import InvalidParameter, MalformedRequest, ResourceNotFound, SharingError
 from sharing.formats import dumps_line
 from sharing.paging import PinnedVersion, QueryTokens, StreamPosition, parameters_checksum
-from sharing.query import QueryRequest, body_field, body_string
+from sharing.query import QueryRequest, body_field, body_string, json_object
 from sharing.query_store import FAILED, PENDING, QueryStore, SqliteQueryStore, StoredQuery
 from sharing.snapshot_query import QueryInputs, QueryPlan
 from sharing.streaming_query import first_position
 from sharing.tables import TableService, require_history
+from sharing.tokens import now_ms
 
 __all__ = [
     "AsyncQueryFailed",
@@ -68,10 +68,6 @@ _INTERNAL_MESSAGE = "Internal error while planning the query."
 _POLL_MESSAGE_TYPE = "GetQueryTableInfoRequest"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 # -- the poll request ----------------------------------------------------------------------
 
 
@@ -86,14 +82,7 @@ class PollRequest:
 
 def parse_poll_body(body: bytes) -> PollRequest:
     """Parse and check a poll body; empty means `{}`."""
-    if not body.strip():
-        return PollRequest()
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedRequest(f"Invalid JSON in the request body: {exc}") from exc
-    if not isinstance(data, dict):
-        raise MalformedRequest(f"Expected an object for {_POLL_MESSAGE_TYPE}")
+    data = json_object(body, _POLL_MESSAGE_TYPE)
     max_files = body_field(data, "maxFiles", "max_files")
     if max_files is not None:
         if isinstance(max_files, str) and max_files.strip().lstrip("-").isdigit():
@@ -218,7 +207,7 @@ class AsyncQueryService:
         ttl_ms: int,
         lease_ms: int = PLANNING_LEASE_MS,
         threads: int = PLANNING_THREADS,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self._store = store
         self._tables = tables

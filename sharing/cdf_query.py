@@ -28,7 +28,7 @@ from deltalog.errors import MissingLogFileError, TimestampOutOfRangeError
 from sharing import capabilities
 from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
-from sharing.commit_pages import CommitPart, commit_sections, paginate
+from sharing.commit_pages import CommitPart, commit_sections, paginate, part_files
 from sharing.errors import InvalidParameter, SharingError
 from sharing.formats import ADD, CDC, REMOVE, FileContext, writer_for
 from sharing.paging import QueryTokens, StreamPosition
@@ -422,10 +422,4 @@ def _actions(commit: ChangeCommit) -> int:
 def _files(part: CommitPart[ChangeCommit], ctx: FileContext) -> Iterator[FileSection]:
     """The file sections of a part: its slice of [cdcs | removes | adds]."""
     commit = part.commit
-    offset = 0
-    for files, action in ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD)):
-        low = max(part.first - offset, 0)
-        high = min(part.last - offset, files.num_rows)
-        if high > low:
-            yield FileSection(files.slice(low, high - low), ctx, action)
-        offset += files.num_rows
+    return part_files(part, ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD)), ctx)

@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, Protocol, TypeVar
 
+import pyarrow as pa
+
 from deltalog.actions import Metadata
 from deltalog.actions import Protocol as DeltaProtocol
-from sharing.formats import FormatWriter, TableHead
+from sharing.formats import FileContext, FormatWriter, TableHead
 from sharing.paging import StreamPosition
 from sharing.snapshot_query import FileSection, Section
 
@@ -70,6 +72,20 @@ def paginate(
             return parts, replace(position, commit=commits[i + 1].version, index=0)
         return parts, None
     return parts, None
+
+
+def part_files(
+    part: CommitPart[C], groups: Sequence[tuple[pa.Table, str]], ctx: FileContext
+) -> Iterator[FileSection]:
+    """The file sections of a part: its slice of the commit's file actions, which are the
+    `groups` (files, action) laid end to end."""
+    offset = 0
+    for files, action in groups:
+        low = max(part.first - offset, 0)
+        high = min(part.last - offset, files.num_rows)
+        if high > low:
+            yield FileSection(files.slice(low, high - low), ctx, action)
+        offset += files.num_rows
 
 
 def commit_sections(

@@ -137,6 +137,28 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, min(end, size - 1)
 
 
+@dataclass(frozen=True, slots=True)
+class FileReply:
+    """What a GET or HEAD of a verified file answers: status, headers, and the byte span."""
+
+    status: int
+    headers: dict[str, str]
+    start: int
+    length: int
+
+
+def file_reply(found: LocalFile, range_header: str | None) -> FileReply:
+    """The whole file (200), or the one range the `Range` header asks for (206)."""
+    byte_range = parse_range(range_header, found.size)
+    start, end = byte_range if byte_range is not None else (0, found.size - 1)
+    length = max(0, end - start + 1)
+    headers = {"Accept-Ranges": "bytes", "Content-Length": str(length)}
+    if byte_range is None:
+        return FileReply(200, headers, start, length)
+    headers["Content-Range"] = f"bytes {start}-{end}/{found.size}"
+    return FileReply(206, headers, start, length)
+
+
 def read_chunks(path: str, start: int, length: int) -> Iterator[bytes]:
     """`length` bytes of the file from `start`, in chunks of at most CHUNK_BYTES."""
     with open(path, "rb") as f:

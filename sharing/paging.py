@@ -11,7 +11,6 @@ data feed queries, each with its own pinned integers and parameters).
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from sharing.catalog import SharedTable
 from sharing.errors import InvalidParameter
 from sharing.query import QueryRequest
 from sharing.tokens import ExpiredToken, TokenCodec, TokenError
+from sharing.tokens import now_ms as _now_ms  # a module attribute: tests pin the clock
 
 PAGE_KIND = "query-page"
 STREAM_PAGE_KIND = "stream-page"
@@ -69,10 +69,6 @@ def query_parameters(request: QueryRequest) -> dict[str, object]:
 def parameters_checksum(request: QueryRequest) -> str:
     """SHA-256 of the parameters that define the result (not paging or refresh fields)."""
     return checksum(query_parameters(request))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class QueryTokens:

@@ -44,14 +44,7 @@ class QueryRequest:
 
 def parse_body(body: bytes) -> QueryRequest:
     """Parse the JSON body; empty means `{}`. Unknown fields are ignored."""
-    if not body.strip():
-        return QueryRequest()
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedRequest(f"Invalid JSON in the request body: {exc}") from exc
-    if not isinstance(data, dict):
-        raise MalformedRequest(f"Expected an object for {_MESSAGE_TYPE}")
+    data = json_object(body, _MESSAGE_TYPE)
     hints = data.get("predicateHints", data.get("predicate_hints"))
     if hints is not None and (
         not isinstance(hints, list) or not all(isinstance(h, str) for h in hints)
@@ -76,6 +69,19 @@ def parse_body(body: bytes) -> QueryRequest:
             data, "includeHistoricalProtocol", "include_historical_protocol"
         ),
     )
+
+
+def json_object(body: bytes, message_type: str) -> dict[str, Any]:
+    """A JSON request body (of `message_type`) as an object; empty means `{}`."""
+    if not body.strip():
+        return {}
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedRequest(f"Invalid JSON in the request body: {exc}") from exc
+    if not isinstance(data, dict):
+        raise MalformedRequest(f"Expected an object for {message_type}")
+    return data
 
 
 def body_field(data: dict[str, Any], json_name: str, proto_name: str) -> Any:

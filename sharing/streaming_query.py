@@ -18,7 +18,7 @@ from dataclasses import replace
 from deltalog import Snapshot
 from deltalog.changes import DataChangeCommit, data_changes
 from sharing import capabilities
-from sharing.commit_pages import CommitPart, commit_sections, paginate
+from sharing.commit_pages import CommitPart, commit_sections, paginate, part_files
 from sharing.errors import InvalidParameter
 from sharing.formats import ADD, REMOVE, FileContext, writer_for
 from sharing.paging import QueryTokens, StreamPosition
@@ -152,10 +152,4 @@ def _actions(commit: DataChangeCommit) -> int:
 def _files(part: CommitPart[DataChangeCommit], ctx: FileContext) -> Iterator[FileSection]:
     """The file sections of a part: its slice of [removes | adds]."""
     commit = part.commit
-    removes = commit.removes.num_rows
-    low, high = part.first, part.last
-    if low < removes:
-        yield FileSection(commit.removes.slice(low, min(high, removes) - low), ctx, REMOVE)
-    if high > removes:
-        first_add = max(low - removes, 0)
-        yield FileSection(commit.adds.slice(first_add, high - removes - first_add), ctx, ADD)
+    return part_files(part, ((commit.removes, REMOVE), (commit.adds, ADD)), ctx)

@@ -52,7 +52,8 @@ def _b64decode(text: str) -> bytes:
     return base64.b64decode(padded, validate=True)
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """The wall clock in epoch milliseconds."""
     return time.time_ns() // 1_000_000
 
 
@@ -63,7 +64,7 @@ class TokenCodec:
     replica will be rejected by another.
     """
 
-    def __init__(self, secret: bytes, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(self, secret: bytes, *, clock_ms: Callable[[], int] = now_ms) -> None:
         if not isinstance(secret, bytes | bytearray) or len(secret) < 16:
             raise ValueError("token secret must be at least 16 bytes")
         self._secret = bytes(secret)

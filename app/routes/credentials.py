@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -10,7 +9,7 @@ from app.responses import JsonResponse
 from app.routes.tables import table_service
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
-from sharing.errors import MalformedRequest
+from sharing.query import body_string, json_object
 from sharing.temp_credentials import TemporaryCredentials, require_history_for_credentials, vend
 
 __all__ = ["router"]
@@ -22,18 +21,8 @@ _MESSAGE_TYPE = "GenerateTemporaryTableCredentialRequest"
 
 def parse_location(body: bytes) -> str | None:
     """The optional `location` of the JSON body (an empty body means none)."""
-    if not body.strip():
-        return None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise MalformedRequest(f"Invalid JSON in the request body: {exc}") from exc
-    if not isinstance(data, dict):
-        raise MalformedRequest(f"Expected an object for {_MESSAGE_TYPE}")
-    location = data.get("location")
-    if location is not None and not isinstance(location, str):
-        raise MalformedRequest(f"Expected a string for field location of {_MESSAGE_TYPE}")
-    return location
+    data = json_object(body, _MESSAGE_TYPE)
+    return body_string(data, "location", "location", _MESSAGE_TYPE)
 
 
 def _vend(request: Request, shared: SharedTable, location: str | None) -> TemporaryCredentials:

@@ -10,11 +10,13 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from sharing.fileserve import FileServer, parse_range, read_chunks
+from sharing.fileserve import FileServer, file_reply, read_chunks
 
 __all__ = ["router"]
 
 router = APIRouter()
+
+_OCTETS = "application/octet-stream"
 
 
 def _file_server(request: Request) -> FileServer:
@@ -34,19 +36,12 @@ async def serve_file(request: Request, share: str, schema: str, table: str, path
         params.get("exp"),
         params.get("sig"),
     )
-    byte_range = parse_range(request.headers.get("range"), found.size)
-    start, end = byte_range if byte_range is not None else (0, found.size - 1)
-    length = max(0, end - start + 1)
-    headers = {"Accept-Ranges": "bytes", "Content-Length": str(length)}
-    status = 200
-    if byte_range is not None:
-        status = 206
-        headers["Content-Range"] = f"bytes {start}-{end}/{found.size}"
+    reply = file_reply(found, request.headers.get("range"))
     if request.method == "HEAD":
-        return Response(status_code=status, headers=headers, media_type="application/octet-stream")
+        return Response(status_code=reply.status, headers=reply.headers, media_type=_OCTETS)
     return StreamingResponse(
-        read_chunks(found.path, start, length),
-        status_code=status,
-        headers=headers,
-        media_type="application/octet-stream",
+        read_chunks(found.path, reply.start, reply.length),
+        status_code=reply.status,
+        headers=reply.headers,
+        media_type=_OCTETS,
     )

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
 from app.responses import JsonResponse
-from app.routes.tables import NDJSON, VERSION_HEADER, _lookup, _plan
+from app.routes.tables import NDJSON, VERSION_HEADER, _headers, _lookup, _plan
 from sharing import capabilities
 from sharing.async_queries import (
     AsyncQueryFailed,
@@ -22,7 +22,6 @@ from sharing.async_queries import (
     status_line,
 )
 from sharing.capabilities import Capabilities
-from sharing.formats import FILE_ID_HASH_HEADER
 from sharing.snapshot_query import QueryInputs
 
 __all__ = ["router", "submit"]
@@ -66,12 +65,8 @@ async def poll_query(
     if not isinstance(outcome, AsyncResult):
         return _status_response(outcome.query_id, caps)
     plan = outcome.plan
-    headers = {
-        VERSION_HEADER: str(plan.version),
-        capabilities.HEADER: f"{plan.capabilities_header()};asyncquery=true",
-    }
-    if outcome.file_id_hash is not None:
-        headers[FILE_ID_HASH_HEADER] = outcome.file_id_hash
+    response_capabilities = f"{plan.capabilities_header()};asyncquery=true"
+    headers = _headers(plan.version, response_capabilities, outcome.file_id_hash)
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
 
 

@@ -49,29 +49,13 @@ def _lookup(request: Request, share: str, schema: str, table: str) -> SharedTabl
 
 
 @router.get(_TABLE + "/version")
+@router.head(_TABLE)  # the deprecated form of the same request
 async def get_version(
     request: Request,
     share: str,
     schema: str,
     table: str,
     starting_timestamp: Annotated[str | None, Query(alias="startingTimestamp")] = None,
-) -> Response:
-    return await _version_response(request, share, schema, table, starting_timestamp)
-
-
-@router.head(_TABLE)
-async def head_table(
-    request: Request,
-    share: str,
-    schema: str,
-    table: str,
-    starting_timestamp: Annotated[str | None, Query(alias="startingTimestamp")] = None,
-) -> Response:
-    return await _version_response(request, share, schema, table, starting_timestamp)
-
-
-async def _version_response(
-    request: Request, share: str, schema: str, table: str, starting_timestamp: str | None
 ) -> Response:
     shared = _lookup(request, share, schema, table)
     service = table_service(request)
@@ -103,9 +87,9 @@ async def get_metadata(
             shared, caps, version=version, timestamp=timestamp, tables=table_service(request)
         )
     )
-    headers = _headers(planned.version, capabilities.response_header(planned.response_format))
-    if id_hash is not None:
-        headers[FILE_ID_HASH_HEADER] = id_hash
+    headers = _headers(
+        planned.version, capabilities.response_header(planned.response_format), id_hash
+    )
     return Response(content=planned.head, media_type=NDJSON, headers=headers)
 
 
@@ -121,14 +105,15 @@ async def query_table(request: Request, share: str, schema: str, table: str) -> 
 
         return await queries.submit(request, inputs)
     plan = await run_in_threadpool(_plan, request, inputs)
-    headers = _headers(plan.version, plan.capabilities_header())
-    if id_hash is not None:
-        headers[FILE_ID_HASH_HEADER] = id_hash
+    headers = _headers(plan.version, plan.capabilities_header(), id_hash)
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
 
 
-def _headers(version: int, response_capabilities: str) -> dict[str, str]:
-    return {VERSION_HEADER: str(version), capabilities.HEADER: response_capabilities}
+def _headers(version: int, response_capabilities: str, id_hash: str | None) -> dict[str, str]:
+    headers = {VERSION_HEADER: str(version), capabilities.HEADER: response_capabilities}
+    if id_hash is not None:
+        headers[FILE_ID_HASH_HEADER] = id_hash
+    return headers
 
 
 def _signers(request: Request, shared: SharedTable) -> Callable[[Snapshot], Signer]:
@@ -199,9 +184,7 @@ async def table_changes(
     )
     inputs = ChangesInputs(_lookup(request, share, schema, table), params, caps, id_hash)
     plan = await run_in_threadpool(_plan_changes, request, inputs)
-    headers = _headers(plan.version, plan.capabilities_header())
-    if id_hash is not None:
-        headers[FILE_ID_HASH_HEADER] = id_hash
+    headers = _headers(plan.version, plan.capabilities_header(), id_hash)
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
 
 
@@ -217,16 +200,8 @@ def _plan_changes(request: Request, inputs: ChangesInputs) -> QueryPlan:
 
 
 def _change_tokens(request: Request) -> ChangeTokens:
-    state = request.app.state
-    tokens = getattr(state, "change_tokens", None)
-    if tokens is None:
-        config: ServerConfig = state.config
-        tokens = state.change_tokens = ChangeTokens(
-            state.tokens,
-            page_ttl_ms=config.query_table_page_token_ttl_ms,
-            refresh_ttl_ms=config.refresh_token_ttl_ms,
-        )
-    return tokens
+    """The app's changes page token codec (built by `create_app`)."""
+    return request.app.state.change_tokens
 
 
 def _query_tokens(request: Request) -> QueryTokens:
