@@ -22,13 +22,10 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import boto3
@@ -40,41 +37,13 @@ sys.path.insert(0, str(HERE.parent))
 
 from snapshot_load import write_table  # noqa: E402
 
+from tests.processes import free_port, stop, wait_http  # noqa: E402
+
 TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
 BUCKET = "bench-bucket"
 PREFIX = "warehouse/big"
 BOTO_SHARE = 10  # botocore signs 1/BOTO_SHARE of the keys; its time is extrapolated
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args[0]} exited with {process.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=2).close()
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout}s")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def start_moto(workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
@@ -243,7 +212,7 @@ def main() -> None:
         print(f"goal: S3 table streams completely in under 1.5 s (warm): {verdict} ({worst:.2f} s)")
     finally:
         for process in reversed(processes):
-            stop(process)
+            stop(process, signal.SIGINT)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from processes import free_port, stop, wait_http
 
 CACHE = Path(os.environ.get("LAKESHARE_TEST_CACHE", Path.home() / ".cache" / "lakeshare-test"))
 AZURITE_VERSION = "3.35.0"
@@ -29,44 +29,43 @@ AZURITE_KEY = (
 )
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def gcs_service_account_info(token_uri: str) -> dict[str, str]:
+    """A service-account key file's content with a fresh RSA key; tokens come from `token_uri`."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    return {
+        "type": "service_account",
+        "project_id": "lakeshare-test",
+        "private_key_id": "0123456789abcdef",
+        "private_key": pem,
+        "client_email": "reader@lakeshare-test.iam.gserviceaccount.com",
+        "client_id": "1234567890",
+        "token_uri": token_uri,
+    }
 
 
-def _wait_http(url: str, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    """Until `url` answers any HTTP status; fails fast if the process died."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"emulator exited with status {process.returncode}")
-        try:
-            urllib.request.urlopen(url, timeout=2).close()
-            return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"emulator at {url} did not start within {timeout}s")
+def moto_client(endpoint: str) -> Any:
+    """A boto3 S3 client for the moto server at `endpoint`."""
+    import boto3
 
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def _run(args: list[str], ready_url: str, log: Path, **kwargs) -> subprocess.Popen[bytes]:
     with open(log, "wb") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, **kwargs)
     try:
-        _wait_http(ready_url, process)
+        wait_http(ready_url, process)
     except RuntimeError:
-        _stop(process)
+        stop(process)
         raise
     return process
 
@@ -84,7 +83,7 @@ def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield endpoint
     finally:
-        _stop(process)
+        stop(process)
 
 
 def _fake_gcs_binary() -> Path | None:
@@ -118,7 +117,7 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield endpoint
     finally:
-        _stop(process)
+        stop(process)
 
 
 def azurite_command() -> Path:
@@ -164,7 +163,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield endpoint
     finally:
-        _stop(process)
+        stop(process)
 
 
 def azurite_connection_string(endpoint: str) -> str:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from deltalog.storage.base import Storage
 from deltalog.storage.local import LocalStorage
@@ -23,6 +25,22 @@ def table_files(local_root: Path) -> list[tuple[str, Path]]:
         for p in sorted(local_root.rglob("*"))
         if p.is_file()
     ]
+
+
+def upload_corpus_tables(
+    corpus: Path, bucket: str, upload: Callable[[str, Path], None]
+) -> dict[str, tuple[str, Path]]:
+    """Uploads every CORPUS_TABLES table under `tables/<name>/` with `upload(key, path)` (keys
+    relative to the bucket); maps a name to (root key, local root). Skips if one is missing."""
+    roots = {}
+    for name, relative in CORPUS_TABLES.items():
+        local_root = corpus / relative
+        if not local_root.exists():
+            pytest.skip(f"corpus table {relative} missing")
+        for rel, path in table_files(local_root):
+            upload(f"tables/{name}/{rel}", path)
+        roots[name] = (f"{bucket}/tables/{name}", local_root)
+    return roots
 
 
 def _names(infos, root: str) -> list[tuple[str, int]]:

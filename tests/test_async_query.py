@@ -4,7 +4,6 @@ several servers through one sqlite directory, and a dead planner taken over."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import shutil
 import sqlite3
@@ -18,6 +17,7 @@ import orjson
 import pytest
 from conftest import CORPUS
 from server_fixture import RunningServer, make_config, run_server
+from tests_support import append_replacing_commit
 
 from sharing.async_queries import PollRequest, parse_poll_body
 from sharing.errors import InvalidParameter, MalformedRequest
@@ -268,7 +268,7 @@ def test_result_version_is_pinned(server: RunningServer, moving_table: Path) -> 
     query_id = submit(server, "moving", {"idempotency_key": "pin"})
     first = poll(server, "moving", query_id, {"maxFiles": 1})
     before = sorted(sync_files(server, "moving", {}, ASYNC))
-    _append_replacing_commit(moving_table)
+    append_replacing_commit(moving_table)
     after = sync_files(server, "moving", {}, ASYNC)
     assert after != before
     token = lines(first)[-1]["endStreamAction"]["nextPageToken"]
@@ -279,30 +279,6 @@ def test_result_version_is_pinned(server: RunningServer, moving_table: Path) -> 
     # a poll from the start after the commit still gives the pinned version
     again = poll(server, "moving", query_id)
     assert sorted(_file_id(f) for f in lines(again)[2:-1]) == before
-
-
-def _append_replacing_commit(table: Path) -> None:
-    """Version N+1: remove one data file, add a copy of it under a new name."""
-    log = table / "_delta_log"
-    version = max(int(p.stem) for p in log.glob("*.json")) + 1
-    victim = sorted(table.glob("*.parquet"))[0]
-    copy = victim.with_name("part-99999-copy-c000.snappy.parquet")
-    shutil.copy(victim, copy)
-    actions = [
-        {"remove": {"path": victim.name, "deletionTimestamp": 1, "dataChange": True}},
-        {
-            "add": {
-                "path": copy.name,
-                "partitionValues": {},
-                "size": copy.stat().st_size,
-                "modificationTime": 1,
-                "dataChange": True,
-            }
-        },
-        {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "WRITE"}},
-    ]
-    text = "\n".join(json.dumps(a) for a in actions) + "\n"
-    (log / f"{version:020d}.json").write_text(text)
 
 
 def test_streaming_query_async(server: RunningServer) -> None:

@@ -32,12 +32,15 @@ from cloud_fixtures import (  # noqa: F401  (fixtures)
     azurite,
     azurite_connection_string,
     fake_gcs,
+    gcs_service_account_info,
+    moto_client,
     moto_s3,
 )
 from conftest import CORPUS
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from gcs_v4 import canonical_request, string_to_sign
 from server_fixture import RunningServer, make_config, run_server
 from test_client_read import assert_same_rows
 
@@ -87,15 +90,7 @@ def _files(root: Path) -> Iterator[tuple[Path, str]]:
 
 
 def _upload_s3(endpoint: str, bucket: str) -> None:
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    client = moto_client(endpoint)
     client.create_bucket(Bucket=bucket)
     for name, (root, _, _) in TABLES.items():
         for path, relative in _files(CORPUS / root):
@@ -163,19 +158,7 @@ def token_endpoint() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def gcs_key(token_endpoint: str) -> dict[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    return {
-        "type": "service_account",
-        "project_id": "lakeshare-test",
-        "private_key_id": "0123456789abcdef",
-        "private_key": pem,
-        "client_email": "reader@lakeshare-test.iam.gserviceaccount.com",
-        "client_id": "1234567890",
-        "token_uri": token_endpoint,
-    }
+    return gcs_service_account_info(token_endpoint)
 
 
 # -- the served clouds --------------------------------------------------------------------
@@ -424,23 +407,6 @@ def test_storage_access_denied_is_reported(
 # -- GCS: verify the V4 RSA signatures against the generated key ----------------------------
 
 
-def _gcs_string_to_sign(url: str) -> tuple[dict[str, str], bytes]:
-    """The V4 string to sign rebuilt from a signed URL, straight from the spec."""
-    parts = urlsplit(url)
-    params = dict(parse_qsl(parts.query, keep_blank_values=True))
-    signed = {k: v for k, v in params.items() if k != "X-Goog-Signature"}
-    query = "&".join(
-        f"{quote(k, safe='~')}={quote(v, safe='~')}" for k, v in sorted(signed.items())
-    )
-    request = "\n".join(
-        ["GET", parts.path, query, f"host:{parts.netloc}", "", "host", "UNSIGNED-PAYLOAD"]
-    )
-    scope = params["X-Goog-Credential"].split("/", 1)[1]
-    digest = hashlib.sha256(request.encode()).hexdigest()
-    text = "\n".join([params["X-Goog-Algorithm"], params["X-Goog-Date"], scope, digest])
-    return params, text.encode()
-
-
 def test_gcs_urls_carry_valid_v4_signatures(
     uploaded: Callable[[str], str], gcs_key: dict[str, str], tmp_path: Path
 ) -> None:
@@ -453,7 +419,8 @@ def test_gcs_urls_carry_valid_v4_signatures(
     ).public_key()
     assert isinstance(public_key, rsa.RSAPublicKey)
     for url in urls:
-        params, text = _gcs_string_to_sign(url)
+        params, request = canonical_request(url)
+        text = string_to_sign(params, request)
         assert params["X-Goog-Algorithm"] == "GOOG4-RSA-SHA256"
         assert params["X-Goog-Credential"].startswith(gcs_key["client_email"] + "/")
         assert params["X-Goog-Expires"] == str(TTL)

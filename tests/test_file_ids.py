@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import corpus_table
 from deltalog_testutil import copy_table
 
 from deltalog import DeltaTable
@@ -96,8 +94,7 @@ def test_snapshots_and_tables_never_share_ids_wrongly(tmp_path: Path) -> None:
     chunks of the previous snapshot."""
     cache = FileIdCache()
     first = copy_table("delta-rs/simple_table", tmp_path / "one")
-    second = tmp_path / "two"
-    shutil.copytree(corpus_table("levi/dat/basic_append/delta"), second)
+    second = copy_table("levi/dat/basic_append/delta", tmp_path / "two")
     for root in (first, second):
         table = DeltaTable(str(root))
         for version in range(table.latest_version() + 1):

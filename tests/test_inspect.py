@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from deltalog.errors import TableNotFoundError, TimestampOutOfRangeError
 from deltalog.inspect import describe
 from tests.conftest import corpus_table
+from tests.tests_support import basic_append_copy
 
 
 def test_describe_dv_table_with_files() -> None:
@@ -70,9 +70,7 @@ def test_describe_version_and_no_stats() -> None:
 @pytest.fixture
 def timed_table(tmp_path: Path) -> Path:
     """basic_append with commit files dated 2021-01-01T00:00:00Z and +1 hour."""
-    source = corpus_table("levi/dat/basic_append/delta")
-    target = tmp_path / "basic_append"
-    shutil.copytree(source, target)
+    target = basic_append_copy(tmp_path)
     base = 1_609_459_200  # 2021-01-01T00:00:00Z
     for v in (0, 1):
         commit = target / "_delta_log" / f"{v:020d}.json"

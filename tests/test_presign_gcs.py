@@ -8,12 +8,13 @@ import hashlib
 import hmac
 import json
 import urllib.request
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pytest
-from cloud_fixtures import fake_gcs  # noqa: F401  (fixture)
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cloud_fixtures import fake_gcs, gcs_service_account_info  # noqa: F401  (fixture)
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding
+from gcs_v4 import canonical_request, string_to_sign
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage as gcs
 from google.cloud.storage import _signing
@@ -39,19 +40,7 @@ NAMES = [
 
 @pytest.fixture(scope="module")
 def service_account_info() -> dict[str, str]:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    return {
-        "type": "service_account",
-        "project_id": "lakeshare-test",
-        "private_key_id": "0123456789abcdef",
-        "private_key": pem,
-        "client_email": "reader@lakeshare-test.iam.gserviceaccount.com",
-        "client_id": "1234567890",
-        "token_uri": "https://oauth2.googleapis.com/token",
-    }
+    return gcs_service_account_info("https://oauth2.googleapis.com/token")
 
 
 @pytest.fixture
@@ -87,35 +76,15 @@ def test_rsa_identical_to_sdk(frozen_sdk, service_account_info, endpoint) -> Non
     assert service_account_info["private_key"] not in repr(key)
 
 
-def _canonical_request(url: str) -> tuple[dict[str, str], str]:
-    """Rebuild the V4 canonical request from a signed URL, straight from the spec."""
-    parts = urlsplit(url)
-    params = dict(parse_qsl(parts.query, keep_blank_values=True))
-    signed = {k: v for k, v in params.items() if k != "X-Goog-Signature"}
-    query = "&".join(
-        f"{quote(k, safe='~')}={quote(v, safe='~')}" for k, v in sorted(signed.items())
-    )
-    request = "\n".join(
-        ["GET", parts.path, query, f"host:{parts.netloc}", "", "host", "UNSIGNED-PAYLOAD"]
-    )
-    return params, request
-
-
-def _string_to_sign(params: dict[str, str], request: str) -> bytes:
-    scope = params["X-Goog-Credential"].split("/", 1)[1]
-    digest = hashlib.sha256(request.encode()).hexdigest()
-    return "\n".join([params["X-Goog-Algorithm"], params["X-Goog-Date"], scope, digest]).encode()
-
-
 def test_rsa_signatures_verify_with_the_public_key(service_account_info) -> None:
     key = RsaKey.from_service_account(service_account_info)
     signer = GcsSigner(key, table_root="lake/t", ttl_seconds=600)
     for url in signer.sign([f"lake/t/{n}" for n in NAMES]).urls:
-        params, request = _canonical_request(url)
+        params, request = canonical_request(url)
         assert unquote(urlsplit(url).path).startswith("/lake/t/")
         signature = bytes.fromhex(params["X-Goog-Signature"])
         key.private_key.public_key().verify(
-            signature, _string_to_sign(params, request), padding.PKCS1v15(), hashes.SHA256()
+            signature, string_to_sign(params, request), padding.PKCS1v15(), hashes.SHA256()
         )
         assert params["X-Goog-Expires"] == "600"
 
@@ -125,14 +94,14 @@ def test_hmac_matches_the_spec() -> None:
     signer = GcsSigner(HmacKey("GOOG1EXAMPLE", secret), table_root="lake/t", ttl_seconds=3600)
     signed = signer.sign([f"lake/t/{n}" for n in NAMES], now=NOW)
     for url, name in zip(signed.urls, NAMES, strict=True):
-        params, request = _canonical_request(url)
+        params, request = canonical_request(url)
         assert params["X-Goog-Algorithm"] == "GOOG4-HMAC-SHA256"
         assert params["X-Goog-Credential"] == "GOOG1EXAMPLE/20261122/auto/storage/goog4_request"
         assert unquote(urlsplit(url).path) == f"/lake/t/{name}"
         key = f"GOOG4{secret}".encode()
         for part in ("20261122", "auto", "storage", "goog4_request"):
             key = hmac.digest(key, part.encode(), "sha256")
-        expected = hmac.new(key, _string_to_sign(params, request), hashlib.sha256).hexdigest()
+        expected = hmac.new(key, string_to_sign(params, request), hashlib.sha256).hexdigest()
         assert params["X-Goog-Signature"] == expected
     assert signed.expiration_ms == (int(NOW) + 3600) * 1000
 

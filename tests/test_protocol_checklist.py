@@ -19,7 +19,9 @@ import httpx
 import orjson
 import pytest
 from conftest import CORPUS
+from handlog import write_commit
 from server_fixture import RunningServer, make_config, run_server
+from tests_support import append_replacing_commit
 
 from bench.snapshot_load import write_table
 from sharing.errors import UnsupportedOperation
@@ -130,29 +132,6 @@ def end_action(response: httpx.Response) -> dict[str, Any]:
     return last["endStreamAction"]
 
 
-def append_replacing_commit(table: Path) -> None:
-    """The next version removes one data file and adds a copy of it under a new name."""
-    log = table / "_delta_log"
-    version = max(int(p.stem) for p in log.glob("*.json")) + 1
-    victim = sorted(p for p in table.glob("*.parquet") if "copy" not in p.name)[0]
-    copy = victim.with_name(f"part-9999{version}-copy-c000.snappy.parquet")
-    shutil.copy(victim, copy)
-    actions = [
-        {"remove": {"path": victim.name, "deletionTimestamp": 1, "dataChange": True}},
-        {
-            "add": {
-                "path": copy.name,
-                "partitionValues": {},
-                "size": copy.stat().st_size,
-                "modificationTime": 1,
-                "dataChange": True,
-            }
-        },
-        {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "WRITE"}},
-    ]
-    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
-
-
 def _toggle_nullability(table: Path) -> None:
     """Version 2 makes `letter` NOT NULL, version 3 nullable again and adds a file."""
     log = table / "_delta_log"
@@ -168,8 +147,7 @@ def _toggle_nullability(table: Path) -> None:
         ]
         if version == 3:
             actions.append({"add": {**add, "dataChange": True}})  # the v0 file, re-added
-        text = "\n".join(json.dumps(a) for a in actions) + "\n"
-        (log / f"{version:020d}.json").write_text(text)
+        write_commit(table, version, actions)
 
 
 # -- snapshot queries as Spark's RemoteSnapshot sends them ------------------------------------

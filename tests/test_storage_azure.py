@@ -13,7 +13,7 @@ from storage_contract import (
     check_missing,
     check_reads,
     check_snapshot,
-    table_files,
+    upload_corpus_tables,
 )
 
 from deltalog.errors import DeltaError, StorageError
@@ -32,14 +32,9 @@ def storage(azurite: str) -> AzureStorage:  # noqa: F811
 def tables(storage: AzureStorage, corpus: Path) -> dict[str, tuple[str, Path]]:
     container = storage.container(CONTAINER)
     container.create_container()
-    roots = {}
-    for name, relative in CORPUS_TABLES.items():
-        local_root = corpus / relative
-        if not local_root.exists():
-            pytest.skip(f"corpus table {relative} missing")
-        for rel, path in table_files(local_root):
-            container.upload_blob(f"tables/{name}/{rel}", path.read_bytes())
-        roots[name] = (f"{CONTAINER}/tables/{name}", local_root)
+    roots = upload_corpus_tables(
+        corpus, CONTAINER, lambda key, path: container.upload_blob(key, path.read_bytes())
+    )
     container.upload_blob("odd/a b+c=d%e/ü.txt", b"0123456789")
     return roots
 

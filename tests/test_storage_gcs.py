@@ -14,7 +14,7 @@ from storage_contract import (
     check_missing,
     check_reads,
     check_snapshot,
-    table_files,
+    upload_corpus_tables,
 )
 
 from deltalog.errors import DeltaError, StorageError
@@ -32,14 +32,9 @@ def storage(fake_gcs: str) -> GcsStorage:  # noqa: F811
 @pytest.fixture(scope="module")
 def tables(storage: GcsStorage, corpus: Path) -> dict[str, tuple[str, Path]]:
     bucket = storage.client.create_bucket(BUCKET)
-    roots = {}
-    for name, relative in CORPUS_TABLES.items():
-        local_root = corpus / relative
-        if not local_root.exists():
-            pytest.skip(f"corpus table {relative} missing")
-        for rel, path in table_files(local_root):
-            bucket.blob(f"tables/{name}/{rel}").upload_from_filename(str(path))
-        roots[name] = (f"{BUCKET}/tables/{name}", local_root)
+    roots = upload_corpus_tables(
+        corpus, BUCKET, lambda key, path: bucket.blob(key).upload_from_filename(str(path))
+    )
     bucket.blob("odd/a b+c=d%e/ü.txt").upload_from_string(b"0123456789")
     return roots
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import boto3
 import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ResponseStreamingError
-from cloud_fixtures import moto_s3  # noqa: F401  (fixture)
+from cloud_fixtures import moto_client, moto_s3  # noqa: F401  (fixture)
 
 from deltalog.errors import DeltaError, StorageError
 from deltalog.storage import s3 as s3_module
@@ -36,13 +35,7 @@ OPTIONS = {
 @pytest.fixture(scope="module")
 def s3_tables(moto_s3: str, corpus: Path) -> dict[str, tuple[str, Path]]:  # noqa: F811
     """Uploads the corpus tables once; maps a name to (root key, local root)."""
-    client = boto3.client(
-        "s3",
-        endpoint_url=moto_s3,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    client = moto_client(moto_s3)
     client.create_bucket(Bucket=BUCKET)
     roots = {}
     for name, relative in TABLES.items():

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import corpus_table
 from deltalog_testutil import CountingStorage, copy_table, snapshot_keys
+from handlog import write_commit
 
 from deltalog import DeltaTable, history
 from deltalog.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
@@ -37,8 +38,7 @@ def _append_commit(
     ]
     lines += [{"remove": {"path": p, "deletionTimestamp": 2, "dataChange": True}} for p in removes]
     lines += list(extra)
-    text = "\n".join(json.dumps(x) for x in lines) + "\n"
-    (root / "_delta_log" / f"{version:020d}.json").write_text(text)
+    write_commit(root, version, lines)
 
 
 def test_snapshot_is_cached() -> None:

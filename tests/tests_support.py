@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import shutil
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from conftest import corpus_table
+from handlog import write_commit
 
 
 def basic_append_copy(directory: Path) -> Path:
@@ -47,3 +49,25 @@ def comparable_cell(value: Any) -> Any:
     if isinstance(value, list | tuple | np.ndarray):
         return tuple(comparable_cell(v) for v in value)
     return value
+
+
+def append_replacing_commit(table: Path) -> None:
+    """The next version removes one data file and adds a copy of it under a new name."""
+    version = max(int(p.stem) for p in (table / "_delta_log").glob("*.json")) + 1
+    victim = sorted(p for p in table.glob("*.parquet") if "copy" not in p.name)[0]
+    copy = victim.with_name(f"part-9999{version}-copy-c000.snappy.parquet")
+    shutil.copy(victim, copy)
+    actions = [
+        {"remove": {"path": victim.name, "deletionTimestamp": 1, "dataChange": True}},
+        {
+            "add": {
+                "path": copy.name,
+                "partitionValues": {},
+                "size": copy.stat().st_size,
+                "modificationTime": 1,
+                "dataChange": True,
+            }
+        },
+        {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "WRITE"}},
+    ]
+    write_commit(table, version, actions)
