@@ -1,0 +1,60 @@
+"""Errors a recipient can act on: each names what went wrong and what the server said.
+
+The server's `errorCode` and `message` are kept verbatim so that a Spark job fails with
+"RESOURCE_DOES_NOT_EXIST: ..." rather than a bare HTTP status.
+"""
+
+from __future__ import annotations
+
+
+class DeltaSharingError(Exception):
+    """Base class of every error this client raises."""
+
+
+class ProfileError(DeltaSharingError, ValueError):
+    """The profile file (or the profile options) cannot be used."""
+
+
+class OptionError(DeltaSharingError, ValueError):
+    """A read option has an invalid value or clashes with another option."""
+
+
+class UnsupportedTableError(DeltaSharingError):
+    """The table needs a reader feature or protocol this client cannot read."""
+
+
+class TruncatedResponseError(DeltaSharingError):
+    """A response stream ended before its `endStreamAction`: retried like a network error."""
+
+
+class SharingServerError(DeltaSharingError):
+    """An error response (or a mid-stream `endStreamAction.errorMessage`) from the server."""
+
+    def __init__(self, status: int, error_code: str, message: str, request: str = "") -> None:
+        self.status = status
+        self.error_code = error_code
+        self.message = message
+        self.request = request
+        where = f" ({request})" if request else ""
+        super().__init__(f"{error_code}: {message} [HTTP {status}{where}]")
+
+    def __reduce__(self) -> tuple[type, tuple[int, str, str, str]]:
+        # Exceptions cross process boundaries in Spark: keep the fields when pickled.
+        return (type(self), (self.status, self.error_code, self.message, self.request))
+
+
+class FileAccessError(DeltaSharingError):
+    """A data or deletion-vector file could not be fetched from its pre-signed URL."""
+
+    def __init__(self, status: int, what: str) -> None:
+        self.status = status
+        self.what = what
+        super().__init__(f"fetching {what} failed with HTTP {status}")
+
+    def __reduce__(self) -> tuple[type, tuple[int, str]]:
+        return (type(self), (self.status, self.what))
+
+    @property
+    def maybe_expired(self) -> bool:
+        """Pre-signed URLs past their expiry answer 400 (GCS), 401 or 403 (S3, Azure, ours)."""
+        return self.status in (400, 401, 403)

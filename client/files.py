@@ -1,0 +1,304 @@
+"""Reading shared data files: pre-signed URLs in, Arrow tables with the table's rows out.
+
+Parquet decoding, column mapping, type conversion, partition values and deletion vectors
+are `deltalog`'s (the same code the server uses to read tables itself); this module only
+fetches bytes over HTTP. `UrlFiles` is a read-only `deltalog` storage whose keys are the
+pre-signed URLs, so `deltalog.scan.read_data_file` and `deltalog.deletion_vectors.read_bitmap`
+read through it unchanged. Small files are fetched with one GET; large ones with ranged
+GETs (pre-signed URLs support `Range`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import requests
+from pyroaring import BitMap64
+
+from client.actions import DELETE, INSERT, FileAction, TableMetadata, TableProtocol
+from client.errors import FileAccessError
+from deltalog.deletion_vectors import (
+    DeletionVectorDescriptor,
+    bitmap_to_numpy,
+    keep_mask,
+    read_bitmap,
+)
+from deltalog.partitions import partition_columns_as_arrow
+from deltalog.paths import resolve_key
+from deltalog.scan import read_data_file
+from deltalog.schema import (
+    PrimitiveType,
+    StructField,
+    column_mapping_mode,
+    parse_schema,
+    to_arrow_field,
+)
+from deltalog.storage.base import FileInfo
+from deltalog.storage.ranged import open_ranged
+
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+# The change feed columns as the Scala connector (parquet path) adds them, in its order:
+# the commit timestamp is milliseconds since the epoch.
+CHANGE_FIELDS = (
+    pa.field(COMMIT_VERSION, pa.int64()),
+    pa.field(COMMIT_TIMESTAMP, pa.int64()),
+    pa.field(CHANGE_TYPE, pa.string()),
+)
+WHOLE_FILE_LIMIT = 64 << 20
+"""Files up to this size are fetched with one GET; larger ones by ranged reads."""
+_VOID = PrimitiveType("void")
+_CHANGE_TYPE_FIELD = StructField(CHANGE_TYPE, PrimitiveType("string"))
+
+
+class UrlFiles:
+    """A read-only `deltalog.storage.base.Storage` over pre-signed HTTP(S) URLs.
+
+    A data file's key is its URL. `deltalog` names an absolute (`p`) deletion-vector file
+    by the storage key it derives from the URL, so those keys are mapped back to the URLs
+    they came from (`register_dv`).
+    """
+
+    def __init__(self, session: requests.Session, timeout: float = 300.0) -> None:
+        self._session = session
+        self._timeout = timeout
+        self._urls: dict[str, str] = {}
+        self._sizes: dict[str, int] = {}
+        self._last: tuple[str, bytes] | None = None  # a cdc file is opened twice in a row
+
+    def register_data(self, url: str, size: int) -> str:
+        self._sizes[url] = size
+        return url
+
+    def register_dv(self, url: str) -> None:
+        self._urls[resolve_key(self, "", url)] = url
+
+    def _get(self, key: str, headers: Mapping[str, str] | None = None) -> bytes:
+        url = self._urls.get(key, key)
+        response = self._session.get(url, headers=headers, timeout=self._timeout)
+        try:
+            if response.status_code >= 400:
+                what = "a deletion vector" if key in self._urls else "a data file"
+                raise FileAccessError(response.status_code, what)
+            return response.content
+        finally:
+            response.close()
+
+    def read(self, key: str) -> bytes:
+        return self._get(key)
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        return self._get(key, {"Range": f"bytes={offset}-{offset + length - 1}"})
+
+    def open_input_file(self, key: str) -> pa.NativeFile:
+        size = self._sizes.get(key)
+        if size is None or size <= WHOLE_FILE_LIMIT:
+            if self._last is None or self._last[0] != key:
+                self._last = (key, self._get(key))
+            return pa.BufferReader(self._last[1])
+        return open_ranged(lambda offset, length: self.read_range(key, offset, length), size, key)
+
+    def info(self, key: str) -> FileInfo:
+        size = self._sizes.get(key)
+        if size is None:
+            raise FileNotFoundError(key)
+        return FileInfo(key=key, size=size, modification_time=0)
+
+    def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
+        raise NotImplementedError("pre-signed URLs cannot be listed")
+
+    def join(self, root: str, relative: str) -> str:
+        return f"{root.rstrip('/')}/{relative.lstrip('/')}"
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How to read a table's data files: its schema, partitioning and column mapping.
+
+    Picklable (plain strings and tuples); the parsed forms are rebuilt where needed."""
+
+    schema_string: str
+    partition_columns: tuple[str, ...]
+    configuration: tuple[tuple[str, str], ...]
+    reader_version: int
+    reader_features: tuple[str, ...]
+    change_feed: bool = False
+
+    @classmethod
+    def of(
+        cls, metadata: TableMetadata, protocol: TableProtocol, *, change_feed: bool = False
+    ) -> TableLayout:
+        return cls(
+            schema_string=metadata.schema_string,
+            partition_columns=tuple(metadata.partition_columns),
+            configuration=tuple(sorted(metadata.configuration.items())),
+            reader_version=protocol.min_reader_version,
+            reader_features=tuple(protocol.reader_features),
+            change_feed=change_feed,
+        )
+
+    def fields(self) -> list[StructField]:
+        """The table's columns as readers return them (`void` columns left out)."""
+        return [f for f in parse_schema(self.schema_string).fields if f.type != _VOID]
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the rows `read_unit` returns (logical names)."""
+        fields = [to_arrow_field(f) for f in self.fields()]
+        if self.change_feed:
+            fields.extend(CHANGE_FIELDS)
+        return pa.schema(fields)
+
+    def mode(self) -> str:
+        return column_mapping_mode(
+            dict(self.configuration), self.reader_version, self.reader_features
+        )
+
+
+@dataclass(frozen=True)
+class ReadUnit:
+    """Files read together: one file, or the add and remove of one data file in one commit
+    (a deletion-vector update, resolved row by row in a change feed)."""
+
+    actions: tuple[FileAction, ...]
+
+    @property
+    def size(self) -> int:
+        return self.actions[0].size
+
+    @property
+    def version(self) -> int | None:
+        return self.actions[0].version
+
+    @property
+    def sort_key(self) -> tuple[int, str]:
+        return (self.version if self.version is not None else -1, self.actions[0].id)
+
+
+def snapshot_units(files: Sequence[FileAction]) -> list[ReadUnit]:
+    return [ReadUnit((f,)) for f in files]
+
+
+def change_units(files: Sequence[FileAction]) -> list[ReadUnit]:
+    """Change-feed units: within one version, an add and a remove of the same file (same
+    id) are read as a pair, as Delta readers resolve a rewritten deletion vector."""
+    units: list[ReadUnit] = []
+    by_key: dict[tuple[int | None, str], dict[str, FileAction]] = {}
+    order: list[tuple[int | None, str, str]] = []
+    for f in files:
+        if f.kind in ("add", "remove"):
+            slot = by_key.setdefault((f.version, f.id), {})
+            if f.kind not in slot:
+                slot[f.kind] = f
+                if len(slot) == 1:
+                    order.append((f.version, f.id, f.kind))
+                continue
+        units.append(ReadUnit((f,)))
+    for version, file_id, _ in order:
+        slot = by_key[(version, file_id)]
+        if "add" in slot and "remove" in slot:
+            units.append(ReadUnit((slot["add"], slot["remove"])))
+        else:
+            units.append(ReadUnit((next(iter(slot.values())),)))
+    units.sort(key=lambda u: u.sort_key)
+    return units
+
+
+class UnitReader:
+    """Reads units of one table layout through one `UrlFiles`."""
+
+    def __init__(self, layout: TableLayout, files: UrlFiles) -> None:
+        self.layout = layout
+        self.files = files
+        self._schema = parse_schema(layout.schema_string)
+        self._mode = layout.mode()
+        self._fields = layout.fields()
+        self._partition_names = [f.name for f in self._fields if f.name in layout.partition_columns]
+        self._data_fields = [f for f in self._fields if f.name not in layout.partition_columns]
+        self._data_schema = pa.schema([to_arrow_field(f) for f in self._fields])
+        self._output_schema = layout.arrow_schema()
+
+    def read(self, unit: ReadUnit) -> pa.Table:
+        """The rows of a unit: table rows, plus the change columns in a change feed."""
+        first = unit.actions[0]
+        rows, num_rows = self._rows(first)
+        if not self.layout.change_feed:
+            return _without(rows, self._deleted(first))
+        if len(unit.actions) == 2:
+            now_deleted = self._deleted(first)
+            before_deleted = self._deleted(unit.actions[1])
+            parts = [
+                self._labelled(_only(rows, now_deleted - before_deleted), DELETE, first),
+                self._labelled(_only(rows, before_deleted - now_deleted), INSERT, first),
+            ]
+            return pa.concat_tables(parts)
+        change: str | pa.Array | None = first.change_type
+        if change is None:
+            arrays, _ = _read_columns(self.files, first, [_CHANGE_TYPE_FIELD], "none")
+            change = arrays[CHANGE_TYPE]
+        kept = self._deleted(first)
+        if kept:
+            mask = pa.array(keep_mask(bitmap_to_numpy(kept), num_rows))
+            rows = rows.filter(mask)
+            if isinstance(change, pa.Array):
+                change = change.filter(mask)
+        return self._labelled(rows, change, first)
+
+    def _rows(self, action: FileAction) -> tuple[pa.Table, int]:
+        arrays, num_rows = _read_columns(self.files, action, self._data_fields, self._mode)
+        partitions = None
+        if self._partition_names:
+            values = pa.array(
+                [list(action.partition_values.items())], type=pa.map_(pa.string(), pa.string())
+            )
+            partitions = partition_columns_as_arrow(
+                values, self._schema, self._partition_names, column_mapping_mode=self._mode
+            )
+        columns = [
+            pa.repeat(partitions.column(f.name)[0], num_rows)
+            if partitions is not None and f.name in self._partition_names
+            else arrays[f.name]
+            for f in self._fields
+        ]
+        return pa.Table.from_arrays(columns, schema=self._data_schema), num_rows
+
+    def _deleted(self, action: FileAction) -> BitMap64:
+        if not action.deletion_vector:
+            return BitMap64()
+        descriptor = DeletionVectorDescriptor.from_dict(action.deletion_vector)
+        if descriptor.storage_type == "p":
+            self.files.register_dv(descriptor.path_or_inline_dv)
+        return read_bitmap(self.files, "", descriptor)  # type: ignore[arg-type]
+
+    def _labelled(self, rows: pa.Table, change: str | pa.Array, action: FileAction) -> pa.Table:
+        n = rows.num_rows
+        if isinstance(change, str):
+            change = pa.repeat(pa.scalar(change, pa.string()), n)
+        extra = [
+            pa.repeat(pa.scalar(action.version, pa.int64()), n),
+            pa.repeat(pa.scalar(action.timestamp, pa.int64()), n),
+            change,
+        ]
+        return pa.Table.from_arrays([*rows.columns, *extra], schema=self._output_schema)
+
+
+def _read_columns(
+    files: UrlFiles, action: FileAction, fields: Sequence[StructField], mode: str
+) -> tuple[dict[str, Any], int]:
+    key = files.register_data(action.url, action.size)
+    return read_data_file(files, key, fields, mode)  # type: ignore[arg-type]
+
+
+def _without(rows: pa.Table, deleted: BitMap64) -> pa.Table:
+    if not deleted:
+        return rows
+    return rows.filter(pa.array(keep_mask(bitmap_to_numpy(deleted), rows.num_rows)))
+
+
+def _only(rows: pa.Table, selected: BitMap64) -> pa.Table:
+    return rows.take(pa.array(bitmap_to_numpy(selected)))
