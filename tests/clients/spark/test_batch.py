@@ -268,8 +268,8 @@ def test_latest_snapshot_asks_for_a_refresh_token(
 
 
 def test_paged_listing_reads_the_same_rows(spark: Any, server: RunningServer) -> None:
-    df = _load(spark, server, "with_checkpoint", maxFilesPerRequest=1)
-    actual, expected = _compared("with_checkpoint", df)
+    df = _load(spark, server, "basic_partitioned", maxFilesPerRequest=1)  # 6 files
+    actual, expected = _compared("basic_partitioned", df)
     assert actual == expected
 
 
@@ -321,3 +321,21 @@ def test_invalid_options(spark: Any, server: RunningServer) -> None:
     with pytest.raises(Exception) as caught:
         _load(spark, server, "basic_append", versionAsOf=0, timestampAsOf="2024-01-01")
     assert "Please either provide 'versionAsOf' or 'timestampAsOf'." in str(caught.value)
+
+
+def test_urls_expiring_mid_read_are_renewed(spark: Any, tmp_path: Any) -> None:
+    # URLs live one second: by the time the executors fetch files they have expired or
+    # are about to, and the reader renews them through the refresh token.
+    tables = [
+        {"name": n, "location": str(CORPUS / TABLES[n][0]), "historyShared": True}
+        for n in ("dv_cm", "basic_partitioned")
+    ]
+    config = make_config(
+        {"shares": [{"name": "share", "schemas": [{"name": "corpus", "tables": tables}]}]},
+        preSignedUrlTimeoutSeconds=1,
+    )
+    with run_server(config, tmp_path) as short_lived:
+        for name in ("dv_cm", "basic_partitioned"):
+            df = _load(spark, short_lived, name, minPartitions=6)
+            actual, expected = _compared(name, df)
+            assert actual == expected
