@@ -10,12 +10,13 @@ GETs (pre-signed URLs support `Range`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import requests
+import urllib3
 from pyroaring import BitMap64
 
 from client.actions import DELETE, INSERT, FileAction, TableMetadata, TableProtocol
@@ -60,12 +61,13 @@ class UrlFiles:
 
     A data file's key is its URL. `deltalog` names an absolute (`p`) deletion-vector file
     by the storage key it derives from the URL, so those keys are mapped back to the URLs
-    they came from (`register_dv`).
+    they came from (`register_dv`). Fetches go through urllib3's pool directly: per file,
+    `requests` costs about twice the client CPU.
     """
 
-    def __init__(self, session: requests.Session, timeout: float = 300.0) -> None:
-        self._session = session
-        self._timeout = timeout
+    def __init__(self, pool: urllib3.PoolManager, timeout: float = 300.0) -> None:
+        self._pool = pool
+        self._timeout = urllib3.Timeout(connect=min(timeout, 30.0), read=timeout)
         self._urls: dict[str, str] = {}
         self._sizes: dict[str, int] = {}
         self._last: tuple[str, bytes] | None = None  # a cdc file is opened twice in a row
@@ -79,14 +81,13 @@ class UrlFiles:
 
     def _get(self, key: str, headers: Mapping[str, str] | None = None) -> bytes:
         url = self._urls.get(key, key)
-        response = self._session.get(url, headers=headers, timeout=self._timeout)
-        try:
-            if response.status_code >= 400:
-                what = "a deletion vector" if key in self._urls else "a data file"
-                raise FileAccessError(response.status_code, what)
-            return response.content
-        finally:
-            response.close()
+        response = self._pool.request(
+            "GET", url, headers=headers, timeout=self._timeout, retries=_RETRIES
+        )
+        if response.status >= 400:
+            what = "a deletion vector" if key in self._urls else "a data file"
+            raise FileAccessError(response.status, what)
+        return response.data
 
     def read(self, key: str) -> bytes:
         return self._get(key)
@@ -115,6 +116,29 @@ class UrlFiles:
 
     def join(self, root: str, relative: str) -> str:
         return f"{root.rstrip('/')}/{relative.lstrip('/')}"
+
+
+_RETRIES = urllib3.Retry(
+    total=5,
+    connect=5,
+    read=3,
+    status=5,
+    backoff_factor=0.2,
+    status_forcelist=(429, 500, 502, 503, 504),
+    allowed_methods=frozenset({"GET"}),
+    raise_on_status=False,
+)
+_POOL: urllib3.PoolManager | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def http_pool() -> urllib3.PoolManager:
+    """The process's connection pool for data files (thread-safe)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = urllib3.PoolManager(num_pools=16, maxsize=16)
+        return _POOL
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from client.actions import FileAction
 from client.errors import DeltaSharingError, FileAccessError
-from client.files import ReadUnit, TableLayout, UnitReader, UrlFiles
-from client.rest import ListingRequest, SharingClient, http_session
+from client.files import ReadUnit, TableLayout, UnitReader, UrlFiles, http_pool
+from client.rest import ListingRequest, SharingClient
 
 EXPIRY_MARGIN_MS = 10_000
 """Renew URLs that expire within this margin before fetching them."""
@@ -55,6 +55,7 @@ class UnitSource:
         self.concurrency = max(1, concurrency)
         self.expiry_margin_ms = expiry_margin_ms
         self.renewals = 0
+        self._readers = threading.local()
 
     def tables(self, units: Iterable[ReadUnit]) -> Iterator[pa.Table]:
         """The rows of each unit, in order."""
@@ -77,8 +78,16 @@ class UnitSource:
                     break
                 yield table
 
+    def _reader(self) -> UnitReader:
+        """One reader per thread (a reader keeps the bytes of the file it last fetched)."""
+        reader = getattr(self._readers, "reader", None)
+        if reader is None:
+            reader = UnitReader(self.layout, UrlFiles(http_pool(), self.client.timeout))
+            self._readers.reader = reader
+        return reader
+
     def read(self, unit: ReadUnit) -> pa.Table:
-        reader = UnitReader(self.layout, UrlFiles(http_session(), self.client.timeout))
+        reader = self._reader()
         if self._expiring(unit):
             unit = self._renewed(unit)
         try:

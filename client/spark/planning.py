@@ -76,11 +76,25 @@ def read_partition(
         return  # the placeholder Spark plans for a read with no files
     plan = partition.plan
     source = UnitSource(client, plan.layout, plan.again, concurrency=options.read_concurrency)
+    pending: list[pa.Table] = []
+    rows = 0
     for table in source.tables(partition.units):
         if table.num_rows == 0:
             continue
-        table = table.cast(plan.target)
-        yield from table.to_batches(max_chunksize=MAX_BATCH_ROWS)
+        pending.append(table)
+        rows += table.num_rows
+        if rows >= MAX_BATCH_ROWS:
+            yield from _batches(pending, plan.target)
+            pending, rows = [], 0
+    if pending:
+        yield from _batches(pending, plan.target)
+
+
+def _batches(tables: list[pa.Table], target: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Small files' rows go to Spark together: each Arrow batch has a fixed cost there."""
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    table = table.cast(target).combine_chunks()
+    yield from table.to_batches(max_chunksize=MAX_BATCH_ROWS)
 
 
 def make_client(options: ReadOptions, *, streaming: bool = False) -> SharingClient:

@@ -1,0 +1,252 @@
+"""Spark reading a shared 2,000-file table through the `deltasharing` source, next to
+`spark.read.parquet` on the same files, in the same run.
+
+    .venv/bin/python bench/spark_read.py [--files 2000] [--rows 2000] [--runs 3]
+
+Generates a table of `--files` parquet files (`--rows` rows each: a long, a double, a
+string, a date) with a Delta log naming them, serves it with the real server
+(`lakeshare serve`, its own process, files served through its signed URLs), and times a
+full read in local Spark (`local[2]`) both ways: every row materialised through the
+`noop` sink, so neither reader can answer from parquet footers. Reports the best of
+`--runs` after a warm-up, the ratio (goal: the source at most 1.5× the direct read) and
+rows per second. A third line isolates PySpark's Python Data Source API: a minimal source
+reading the same local files with pyarrow (no HTTP, no Delta Sharing), the floor any
+Python source pays for handing Arrow batches to the JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from tests.support.processes import free_port, stop, wait_http  # noqa: E402
+
+TOKEN = "bench-bearer-token-0123456789"
+SECRET = "bench-signing-secret-0123456789abcdef"
+SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "value", "type": "double", "nullable": True, "metadata": {}},
+        {"name": "name", "type": "string", "nullable": True, "metadata": {}},
+        {"name": "day", "type": "date", "nullable": True, "metadata": {}},
+    ],
+}
+
+
+def write_table(root: Path, files: int, rows: int) -> int:
+    """`files` parquet files and one commit adding them; returns the total bytes."""
+    (root / "_delta_log").mkdir(parents=True)
+    now = int(time.time() * 1000)
+    actions: list[dict] = [
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(SCHEMA),
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": now,
+            }
+        },
+    ]
+    total = 0
+    for i in range(files):
+        start = i * rows
+        ids = pa.array(range(start, start + rows), pa.int64())
+        table = pa.table(
+            {
+                "id": ids,
+                "value": pa.compute.multiply(ids.cast(pa.float64()), 0.5),
+                "name": pa.array([f"name-{j % 1000}" for j in range(start, start + rows)]),
+                "day": pa.array([j % 3650 for j in range(rows)], pa.int32()).cast(pa.date32()),
+            }
+        )
+        name = f"part-{i:05d}-{uuid.uuid4()}.snappy.parquet"
+        pq.write_table(table, root / name)
+        size = (root / name).stat().st_size
+        total += size
+        stats = {
+            "numRecords": rows,
+            "minValues": {"id": start},
+            "maxValues": {"id": start + rows - 1},
+        }
+        actions.append(
+            {
+                "add": {
+                    "path": name,
+                    "partitionValues": {},
+                    "size": size,
+                    "modificationTime": now,
+                    "dataChange": True,
+                    "stats": json.dumps(stats),
+                }
+            }
+        )
+    commit = root / "_delta_log" / f"{0:020d}.json"
+    commit.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    return total
+
+
+def start_server(workdir: Path, table: Path) -> tuple[Path, object]:
+    import subprocess
+
+    config = {
+        "version": 1,
+        "authorization": {"bearerToken": TOKEN},
+        "signingSecret": SECRET,
+        "logLevel": "WARNING",
+        "shares": [
+            {
+                "name": "bench",
+                "schemas": [{"name": "s", "tables": [{"name": "t", "location": str(table)}]}],
+            }
+        ],
+    }
+    config_path = workdir / "config.yaml"
+    config_path.write_text(json.dumps(config))  # JSON is YAML
+    port = free_port()
+    lakeshare = Path(sys.executable).with_name("lakeshare")
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    process = subprocess.Popen(
+        [
+            str(lakeshare),
+            "serve",
+            "--config",
+            str(config_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}/delta-sharing"
+    wait_http(f"{base}/shares", process)
+    profile = workdir / "bench.share"
+    profile.write_text(
+        json.dumps({"shareCredentialsVersion": 1, "endpoint": base, "bearerToken": TOKEN})
+    )
+    return profile, process
+
+
+def local_files_source(files: list[str]) -> type:
+    """A minimal Python data source over local parquet files (the API's floor)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Files(InputPartition):
+        def __init__(self, paths: list[str]) -> None:
+            self.paths = paths
+
+    class Reader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            count = max(1, len(files) // 32)
+            return [Files(files[i::count]) for i in range(count)]
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            import pyarrow.parquet as pq
+
+            for path in partition.paths:  # type: ignore[attr-defined]
+                yield from pq.read_table(path).to_batches()
+
+    class LocalFiles(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "benchlocalfiles"
+
+        def schema(self) -> str:
+            return "id long, value double, name string, day date"
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            return Reader()
+
+    return LocalFiles
+
+
+def best_of(runs: int, action) -> float:  # type: ignore[no-untyped-def]
+    action()  # warm-up: Python workers, JIT, file system cache
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--rows", type=int, default=2000, help="rows per file")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from client.spark import register
+
+    workdir = Path(tempfile.mkdtemp(prefix="lakeshare-spark-bench-"))
+    table = workdir / "table"
+    t0 = time.perf_counter()
+    size = write_table(table, args.files, args.rows)
+    rows = args.files * args.rows
+    print(
+        f"generated {args.files:,} files, {rows:,} rows, {size / 1e6:.1f} MB "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
+    profile, server = start_server(workdir, table)
+    spark = (
+        SparkSession.builder.master(args.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    try:
+        paths = [str(p) for p in sorted(table.glob("*.parquet"))]
+        spark.dataSource.register(local_files_source(paths))
+        shared = spark.read.format("deltasharing").load(f"{profile}#bench.s.t")
+        direct = spark.read.parquet(*paths)
+        floor = spark.read.format("benchlocalfiles").load()
+        assert shared.count() == direct.count() == floor.count() == rows
+
+        def read_all(df):  # type: ignore[no-untyped-def]
+            return lambda: df.write.format("noop").mode("overwrite").save()
+
+        ours = best_of(args.runs, read_all(shared))
+        baseline = best_of(args.runs, read_all(direct))
+        python_floor = best_of(args.runs, read_all(floor))
+    finally:
+        spark.stop()
+        stop(server)  # type: ignore[arg-type]
+    print(f"\n{'reader':<32} {'seconds':>8} {'rows/s':>14}")
+    print(f"{'deltasharing (via Lakeshare)':<32} {ours:>8.2f} {rows / ours:>14,.0f}")
+    print(f"{'spark.read.parquet (baseline)':<32} {baseline:>8.2f} {rows / baseline:>14,.0f}")
+    print(
+        f"{'python source, local files (floor)':<32} {python_floor:>8.2f} "
+        f"{rows / python_floor:>14,.0f}"
+    )
+    print(f"\nratio deltasharing / parquet: {ours / baseline:.2f}x (goal <= 1.5x)")
+    print(f"ratio python floor / parquet: {python_floor / baseline:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
