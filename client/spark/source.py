@@ -55,7 +55,7 @@ class DeltaSharingDataSource(DataSource):
     def streamReader(self, schema: StructType) -> Any:
         from client.spark.stream import DeltaSharingStreamReader
 
-        return DeltaSharingStreamReader(self.read_options, schema)
+        return DeltaSharingStreamReader(self.read_options, schema, self.info)
 
 
 class DeltaSharingPushdownSource(DeltaSharingDataSource):
