@@ -154,6 +154,5 @@ def _gone(exc: FileAccessError, unit: ReadUnit) -> DeltaSharingError:
             f"file {action.id} (version {action.version}) is missing from the provider's "
             "storage (HTTP 404): it may have been vacuumed"
         )
-    return DeltaSharingError(
-        f"file {action.id} could not be read: HTTP {exc.status} even with a renewed URL"
-    )
+    renewed = " even with a renewed URL" if exc.maybe_expired else ""
+    return DeltaSharingError(f"file {action.id} could not be read: HTTP {exc.status}{renewed}")

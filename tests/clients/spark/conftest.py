@@ -9,7 +9,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import pandas as pd
 import pytest
 
 from tests.support.requirements import require
@@ -45,7 +44,3 @@ def spark_rows(df: Any) -> list[tuple[Any, ...]]:
     """A DataFrame's rows in the canonical comparable form (through Arrow, so that
     timestamps keep their zone and maps their entries)."""
     return sorted_rows(df.toArrow().to_pandas())
-
-
-def frame_rows(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
-    return sorted_rows(frame)
