@@ -305,8 +305,12 @@ def test_ingress_with_tls_sets_the_public_url(case: str) -> None:
 
 
 def test_public_url_without_tls_or_ingress() -> None:
-    plain = {"enabled": True, "hosts": [{"host": "share.internal", "paths": [{"path": "/"}]}]}
-    assert _with("default", ingress=plain).config().public_url == "http://share.internal"
+    plain = _with("default", ingress={"enabled": True, "hosts": [{"host": "share.internal"}]})
+    assert plain.config().public_url == "http://share.internal"
+    [rule] = plain.one("Ingress")["spec"]["rules"]
+    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [("/", "Prefix")]
+    assert "tls" not in plain.one("Ingress")["spec"]
+    _validate(plain.one("Ingress"))
     assert _rendering("default").config().public_url is None
     chosen = _with("local", publicUrl="https://data.example.org/lake")
     assert chosen.config().public_url == "https://data.example.org/lake"
