@@ -2,16 +2,29 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
 
-.PHONY: setup run test lint format bench clean
+.PHONY: setup setup-dev run test lint format bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/python:
+	@echo ">> creating a virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(PIP) install --upgrade pip
+
+# `make run`: the server and the client the README's example uses (the `client` extra).
+$(BIN)/.installed-run: pyproject.toml | $(BIN)/python
+	@echo ">> installing Lakeshare with the client extra (first run: a minute or two)"
+	$(PIP) install --progress-bar on -e '.[client]'
 	touch $@
 
-setup: $(BIN)/.installed
+# `make test`: the development toolchain as well (it includes the client extra).
+$(BIN)/.installed-dev: pyproject.toml | $(BIN)/python
+	@echo ">> installing Lakeshare with the development toolchain (first run: a few minutes)"
+	$(PIP) install --progress-bar on -e '.[dev]'
+	touch $@ $(BIN)/.installed-run
+
+setup: $(BIN)/.installed-run
+setup-dev: $(BIN)/.installed-dev
 
 # Extra arguments for the server, e.g. make run ARGS="--port 9000".
 ARGS ?=
@@ -19,18 +32,18 @@ ARGS ?=
 run: setup
 	$(BIN)/lakeshare serve $(ARGS)
 
-test: setup
+test: setup-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
-lint: setup
+lint: setup-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: setup
+format: setup-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .lakeshare build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .lakeshare .cache build *.egg-info .pytest_cache .ruff_cache

@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from snapshot_load import write_table  # noqa: E402
 
-from tests.processes import free_port, stop, wait_http  # noqa: E402
+from tests.support.processes import free_port, stop, wait_http  # noqa: E402
 
 TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"

@@ -1,0 +1,235 @@
+"""Signed local file URLs: verification, path confinement, byte ranges, and HTTP serving."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from sharing.catalog import Catalog
+from sharing.errors import Forbidden, ResourceNotFound
+from sharing.fileserve import FileServer, RangeNotSatisfiable, parse_range, resolve_inside
+from sharing.presign.local import LocalSigner, TableRef
+from tests.support.corpus import CORPUS
+from tests.support.server import RunningServer, make_config, run_server
+
+SECRET = "unit-test-secret"
+
+
+@pytest.fixture
+def table_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "table"
+    (root / "p=1").mkdir(parents=True)
+    (root / "p=1" / "data.parquet").write_bytes(b"0123456789")
+    (root / "other.parquet").write_bytes(b"abc")
+    (tmp_path / "secret.txt").write_text("outside")
+    os.symlink(tmp_path / "secret.txt", root / "escape.parquet")
+    os.symlink(tmp_path, root / "updir")
+    return root
+
+
+@pytest.fixture
+def catalog(table_dir: Path) -> Catalog:
+    config = make_config(
+        {
+            "shares": [
+                {
+                    "name": "Share",
+                    "schemas": [
+                        {"name": "s", "tables": [{"name": "T", "location": str(table_dir)}]}
+                    ],
+                }
+            ]
+        }
+    )
+    return Catalog(config)
+
+
+def _signer(table_dir: Path, ttl: int = 3600, name: str = "T") -> LocalSigner:
+    return LocalSigner(
+        secret=SECRET,
+        base_url="http://host",
+        endpoint="/delta-sharing",
+        table=TableRef("Share", "s", name),
+        table_root=str(table_dir),
+        ttl_seconds=ttl,
+    )
+
+
+def _parts(url: str) -> tuple[str, str, str]:
+    """The decoded relative path, `exp` and `sig` of a signed URL."""
+    parsed = httpx.URL(url)
+    return parsed.path.split("/files/Share/s/T/", 1)[1], parsed.params["exp"], parsed.params["sig"]
+
+
+def test_valid_url_opens_file(table_dir: Path, catalog: Catalog) -> None:
+    signed = _signer(table_dir).sign([str(table_dir / "p=1" / "data.parquet")])
+    relative, exp, sig = _parts(signed.urls[0])
+    found = FileServer(catalog, SECRET).open("share", "S", "t", relative, exp, sig)
+    assert found.size == 10 and found.path == str(table_dir / "p=1" / "data.parquet")
+
+
+def test_tampered_cross_file_and_expired_urls_are_forbidden(
+    table_dir: Path, catalog: Catalog
+) -> None:
+    server = FileServer(catalog, SECRET)
+    signed = _signer(table_dir).sign([str(table_dir / "p=1" / "data.parquet")])
+    relative, exp, sig = _parts(signed.urls[0])
+    flipped = ("0" if sig[0] != "0" else "1") + sig[1:]
+    with pytest.raises(Forbidden):
+        server.open("Share", "s", "T", relative, exp, flipped)
+    with pytest.raises(Forbidden):
+        server.open("Share", "s", "T", "other.parquet", exp, sig)
+    with pytest.raises(Forbidden):
+        server.open("Share", "s", "T", relative, str(int(exp) + 1), sig)
+    with pytest.raises(Forbidden):
+        server.open("Share", "s", "T", relative, None, sig)
+    with pytest.raises(Forbidden):
+        server.open("Share", "s", "Other", relative, exp, sig)
+    with pytest.raises(Forbidden):
+        FileServer(catalog, "another-secret").open("Share", "s", "T", relative, exp, sig)
+    with pytest.raises(Forbidden, match="expired"):
+        server.open("Share", "s", "T", relative, exp, sig, now_ms=int(exp) + 1)
+
+
+def test_signer_refuses_keys_outside_the_table(table_dir: Path) -> None:
+    from sharing.errors import UnsupportedOperation
+
+    with pytest.raises(UnsupportedOperation):
+        _signer(table_dir).sign(["/etc/passwd"])
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "../secret.txt",
+        "/etc/passwd",
+        "p=1/../../secret.txt",
+        "escape.parquet",
+        "updir/secret.txt",
+        "",
+        ".",
+        "a//b",
+        "x\x00y",
+    ],
+)
+def test_paths_escaping_the_table_are_forbidden(table_dir: Path, relative: str) -> None:
+    with pytest.raises(Forbidden):
+        resolve_inside(str(table_dir), relative)
+
+
+def test_signed_escape_is_still_forbidden(table_dir: Path, catalog: Catalog) -> None:
+    """Even a correctly signed symlink that leaves the table is refused."""
+    signed = _signer(table_dir).sign([str(table_dir / "escape.parquet")])
+    relative, exp, sig = _parts(signed.urls[0])
+    with pytest.raises(Forbidden):
+        FileServer(catalog, SECRET).open("Share", "s", "T", relative, exp, sig)
+
+
+def test_missing_file_is_not_found(table_dir: Path, catalog: Catalog) -> None:
+    signed = _signer(table_dir).sign([str(table_dir / "gone.parquet")])
+    relative, exp, sig = _parts(signed.urls[0])
+    with pytest.raises(ResourceNotFound):
+        FileServer(catalog, SECRET).open("Share", "s", "T", relative, exp, sig)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (None, None),
+        ("bytes=0-3", (0, 3)),
+        ("bytes=4-", (4, 9)),
+        ("bytes=-3", (7, 9)),
+        ("bytes=-30", (0, 9)),
+        ("bytes=5-100", (5, 9)),
+        ("bytes=9-9", (9, 9)),
+        ("bytes=3-1", None),
+        ("items=0-1", None),
+        ("bytes=0-1,4-5", None),
+        ("bytes=-", None),
+    ],
+)
+def test_parse_range(header: str | None, expected: tuple[int, int] | None) -> None:
+    assert parse_range(header, 10) == expected
+
+
+@pytest.mark.parametrize("header", ["bytes=10-", "bytes=10-20", "bytes=-0"])
+def test_unsatisfiable_ranges(header: str) -> None:
+    with pytest.raises(RangeNotSatisfiable) as info:
+        parse_range(header, 10)
+    assert info.value.status == 416 and info.value.headers == {"Content-Range": "bytes */10"}
+
+
+# -- over HTTP -------------------------------------------------------------------------------
+
+BASIC = CORPUS / "levi/dat/basic_append/delta"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    tables = [{"name": "basic", "location": str(BASIC)}]
+    config = make_config({"shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}]})
+    with run_server(config, tmp_path_factory.mktemp("files")) as running:
+        yield running
+
+
+def _file_urls(server: RunningServer) -> list[tuple[str, int]]:
+    response = httpx.post(
+        server.url("/shares/s/schemas/d/tables/basic/query"), headers=server.auth_headers, json={}
+    )
+    assert response.status_code == 200
+    files = [orjson.loads(line)["file"] for line in response.text.splitlines()[2:]]
+    return [(f["url"], f["size"]) for f in files]
+
+
+@pytest.mark.slow
+def test_http_get_head_and_ranges(server: RunningServer) -> None:
+    url, size = _file_urls(server)[0]
+    whole = httpx.get(url)
+    assert whole.status_code == 200 and len(whole.content) == size
+    assert whole.headers["content-type"] == "application/octet-stream"
+    assert whole.headers["accept-ranges"] == "bytes"
+    assert whole.content == (BASIC / httpx.URL(url).path.rsplit("/", 1)[1]).read_bytes()
+    head = httpx.head(url)
+    assert (
+        head.status_code == 200
+        and head.headers["content-length"] == str(size)
+        and head.content == b""
+    )
+    part = httpx.get(url, headers={"Range": "bytes=4-11"})
+    assert part.status_code == 206 and part.content == whole.content[4:12]
+    assert part.headers["content-range"] == f"bytes 4-11/{size}"
+    tail = httpx.get(url, headers={"Range": "bytes=-8"})
+    assert tail.status_code == 206 and tail.content == whole.content[-8:]
+    head_range = httpx.head(url, headers={"Range": "bytes=0-0"})
+    assert head_range.status_code == 206 and head_range.headers["content-length"] == "1"
+    bad = httpx.get(url, headers={"Range": f"bytes={size}-"})
+    assert bad.status_code == 416 and bad.headers["content-range"] == f"bytes */{size}"
+    assert bad.json()["errorCode"]
+
+
+@pytest.mark.slow
+def test_http_tampered_urls_are_forbidden(server: RunningServer) -> None:
+    (url, _), (other, _) = _file_urls(server)
+    for tampered in (
+        url.replace(".parquet?", ".orc?"),
+        url[:-1] + ("0" if url[-1] != "0" else "1"),
+        url.replace("exp=", "exp=1"),
+        url.split("?")[0],
+        url.split("?")[0] + "?" + other.split("?")[1],
+        url.replace("/files/s/d/basic/", "/files/s/d/nope/"),
+    ):
+        response = httpx.get(tampered)
+        assert response.status_code == 403, tampered
+        assert response.json()["errorCode"] == "PERMISSION_DENIED"
+
+
+@pytest.mark.slow
+def test_http_no_bearer_token_needed_but_signature_is(server: RunningServer) -> None:
+    url, _ = _file_urls(server)[0]
+    assert httpx.get(url).status_code == 200
+    assert httpx.get(url.replace("sig=", "sig=x")).status_code == 403
