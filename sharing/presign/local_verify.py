@@ -1,4 +1,5 @@
-"""Serving local table files behind the URLs of `presign.local`.
+"""Serving local table files behind the URLs of `presign.local`: the other half of the
+local signer, verifying what it signed.
 
 A request is honoured only when its signature matches the table, relative path and expiry
 it names, the expiry is in the future, the table is in the configuration, and the path,
