@@ -326,8 +326,8 @@ class AzureStorage(ObjectStore):
 
     def __repr__(self) -> str:
         """Stable per configuration and naming the data it reaches (account and effective
-        blob endpoint: deltalog.history keys its timeline cache on it), without secrets
-        (a query string on an endpoint could hold a SAS token, so it is left out)."""
+        blob endpoint), without secrets (a query string on an endpoint could hold a SAS
+        token, so it is left out)."""
         parts = urlsplit(self.endpoint)
         endpoint = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
         return f"AzureStorage(account={self.account!r}, endpoint={endpoint!r})"
