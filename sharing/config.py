@@ -420,7 +420,7 @@ def _parse_table_storage(
         storage_path = _join(path, "storage")
         for key, value in _storage_values(p, own, storage_path).items():
             merged[key] = (value, _join(storage_path, key))
-    kind = storage_options.storage_kind(location)
+    kind = storage_options.cloud_kind(location)
     if kind is None:
         raise ConfigError(
             "storage options apply to s3://, gs://, abfss:// and wasbs:// locations only",
@@ -432,9 +432,7 @@ def _parse_table_storage(
         if key not in names:
             hint = difflib.get_close_matches(key, list(names), n=1)
             suffix = f"; did you mean '{hint[0]}'?" if hint else ""
-            raise ConfigError(
-                f"unknown {storage_options.describe_kind(kind)} storage option{suffix}", key_path
-            )
+            raise ConfigError(f"unknown {kind.label} storage option{suffix}", key_path)
         options[names[key]] = value
     try:
         storage_options.check_options(kind, options)
