@@ -189,7 +189,7 @@ def test_reference_template_loads_to_the_expected_objects(tmp_path: Path) -> Non
 def test_authorization_and_ssl_blocks_are_parsed() -> None:
     config = parse(
         minimal(
-            authorization={"bearerToken": "dapi123"},
+            authorization={"bearerToken": "dapi0123456789abcdef"},
             ssl={
                 "selfSigned": False,
                 "certificateFile": "/c.pem",
@@ -198,8 +198,13 @@ def test_authorization_and_ssl_blocks_are_parsed() -> None:
             },
         )
     )
-    assert config.authorization == AuthorizationConfig(bearer_token="dapi123")
-    assert config.ssl == SslConfig(False, "/c.pem", "/k.pem", "/p.txt")
+    assert config.authorization == AuthorizationConfig(bearer_token="dapi0123456789abcdef")
+    assert config.ssl == SslConfig(
+        self_signed=False,
+        certificate_file="/c.pem",
+        certificate_key_file="/k.pem",
+        certificate_password_file="/p.txt",
+    )
     assert parse(minimal(ssl={"selfSigned": True})).ssl == SslConfig(self_signed=True)
 
 
@@ -213,7 +218,9 @@ def test_table_fields_and_defaults() -> None:
     config = parse(
         table_doc(name="t", location="/data/t", id="abc", historyShared=True, startVersion=3)
     )
-    assert config.shares[0].schemas[0].tables[0] == TableConfig("t", "/data/t", "abc", True, 3)
+    assert config.shares[0].schemas[0].tables[0] == TableConfig(
+        name="t", location="/data/t", id="abc", history_shared=True, start_version=3
+    )
 
 
 def test_missing_table_id_is_a_stable_uuid5_of_the_lowercased_name() -> None:
@@ -442,12 +449,12 @@ def test_environment_references_in_strings() -> None:
             "port": "${PORT}",
             "endpoint": "/${PREFIX}/api",
         },
-        TOKEN="from-env",
+        TOKEN="from-the-environment",
         PORT="9000",
         PREFIX="ds",
         BUCKET="b1",
     )
-    assert config.authorization == AuthorizationConfig("from-env")
+    assert config.authorization == AuthorizationConfig(bearer_token="from-the-environment")
     assert config.host == "0.0.0.0"
     assert config.port == 9000
     assert config.endpoint == "/ds/api"
@@ -491,7 +498,7 @@ def test_example_config_in_the_repo_loads_cleanly() -> None:
     env = {"LAKESHARE_BEARER_TOKEN": "t" * 24, SIGNING_SECRET_ENV: SECRET}
     config = load_config(REPO_ROOT / "config.example.yaml", environ=env)
     assert config.warnings == ()
-    assert config.authorization == AuthorizationConfig("t" * 24)
+    assert config.authorization == AuthorizationConfig(bearer_token="t" * 24)
     assert config.signing_secret == SECRET.encode()
     assert config.port == 8080
     assert sum(len(schema.tables) for share in config.shares for schema in share.schemas) == 5
