@@ -102,7 +102,7 @@ class TableConfig(Section):
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
     storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
-        (), repr=False, validate_default=True
+        default=(), repr=False, validate_default=True
     )
 
     @field_validator("storage", mode="before")
@@ -125,8 +125,8 @@ class TableConfig(Section):
         )
 
     @field_serializer("storage")
-    def _storage_as_written(self, value: StorageOptions) -> dict[str, Any]:
-        return camel_options(value)
+    def _storage_as_written(self, value: StorageOptions) -> dict[str, Any] | None:
+        return camel_options(value) or None
 
     def storage_options(self) -> dict[str, Any] | None:
         """The options for `deltalog.storage.resolve`, or None for the backend's defaults."""
@@ -271,7 +271,7 @@ class ServerConfig(Section):
     # Validated before `shares`: tables look their profile up while they are validated.
     storage_profiles: Annotated[
         StorageProfiles, PreparedBy(profiles), BeforeValidator(_profiles)
-    ] = Field((), repr=False)
+    ] = Field(default=(), repr=False)
     shares: Sections[ShareConfig] = ()
     authorization: AuthorizationConfig | None = None
     ssl: SslConfig | None = None
@@ -301,8 +301,8 @@ class ServerConfig(Section):
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
     # Set by the loader, not keys of the file.
-    signing_secret_source: str = Field("generated", exclude=True)  # config, env, generated
-    warnings: tuple[str, ...] = Field((), exclude=True)
+    signing_secret_source: str = Field(default="generated", exclude=True)  # config, env, generated
+    warnings: tuple[str, ...] = Field(default=(), exclude=True)
 
     @field_validator("storage_profiles")
     @classmethod
