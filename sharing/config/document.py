@@ -5,7 +5,8 @@ Walking the file alongside the models' fields (a key is known if it is some fiel
 - warns about unknown keys with their full path and a did-you-mean (strict: an error), and
   leaves them out, so a value the server ignores is never expanded or checked;
 - leaves out keys whose value is null (YAML `key:`), which then take their default;
-- expands `${VAR}` references in the string values of known keys;
+- expands `${VAR}` references in the string values of known keys (and in the items of
+  list settings);
 - hands free-form mappings (marked `PreparedBy`) to their hook.
 Everything else (types, ranges, required keys) is the models' job.
 """
@@ -23,7 +24,7 @@ from sharing.config.errors import join_path
 from sharing.config.expansion import expand
 from sharing.config.values import PreparedBy, Section
 
-__all__ = ["prepare"]
+__all__ = ["prepare", "section_in"]
 
 
 def prepare(
@@ -48,7 +49,7 @@ def _prepare_value(field: FieldInfo, value: Any, path: str, context: LoadContext
     for marker in field.metadata:
         if isinstance(marker, PreparedBy):
             return marker.hook(value, path, context)
-    nested = _sections_in(field.annotation)
+    nested = section_in(field.annotation)
     if nested is not None:
         section, many = nested
         if many and isinstance(value, list):
@@ -61,20 +62,24 @@ def _prepare_value(field: FieldInfo, value: Any, path: str, context: LoadContext
         if not many and isinstance(value, Mapping):
             return prepare(section, value, path, context)
         return value  # the model reports the wrong shape
-    if isinstance(value, str):
-        return expand(value, context.environ, path)
-    return value
+    if isinstance(value, list) and get_origin(field.annotation) in (tuple, list):
+        return [_expanded(item, f"{path}[{i}]", context) for i, item in enumerate(value)]
+    return _expanded(value, path, context)
 
 
-def _sections_in(annotation: Any) -> tuple[type[Section], bool] | None:
+def _expanded(value: Any, path: str, context: LoadContext) -> Any:
+    return expand(value, context.environ, path) if isinstance(value, str) else value
+
+
+def section_in(annotation: Any) -> tuple[type[Section], bool] | None:
     """The section type a field holds, and whether it is a list of them."""
     if isinstance(annotation, type) and issubclass(annotation, Section):
         return annotation, False
     origin = get_origin(annotation)
     args = [arg for arg in get_args(annotation) if arg is not type(None)]
     if origin in (tuple, list) and args:
-        inner = _sections_in(args[0])
+        inner = section_in(args[0])
         return (inner[0], True) if inner is not None else None
     if origin in (Union, types.UnionType) and len(args) == 1:
-        return _sections_in(args[0])
+        return section_in(args[0])
     return None

@@ -22,7 +22,7 @@ from sharing.config import (
     parse_config,
 )
 from sharing.config.context import LoadContext
-from sharing.config.document import prepare
+from sharing.config.document import prepare, section_in
 from sharing.config.loading import validate
 from sharing.config.values import Positive, Section, Text
 from tests.support import REPO_ROOT
@@ -34,11 +34,9 @@ EXAMPLE_ENV = {"LAKESHARE_BEARER_TOKEN": "t" * 24, SIGNING_SECRET_ENV: SECRET}
 
 def _sections(section: type[Section] = ServerConfig) -> dict[str, type[Section]]:
     """Every section reachable from `section`, by the path of its key ("" for the root)."""
-    from sharing.config.document import _sections_in
-
     found: dict[str, type[Section]] = {"": section}
     for key, field in section.document_fields().items():
-        nested = _sections_in(field.annotation)
+        nested = section_in(field.annotation)
         if nested is not None:
             for path, inner in _sections(nested[0]).items():
                 found[f"{key}.{path}" if path else key] = inner
@@ -209,6 +207,7 @@ class _Limits(Section):
 class _ExtendedConfig(ServerConfig):
     limits: _Limits = _Limits()
     max_connections: Positive = 100
+    allowed_origins: tuple[Text, ...] = ()
 
 
 def _load_extended(raw: dict[str, Any], **environ: str) -> _ExtendedConfig:
@@ -222,10 +221,13 @@ def test_a_new_setting_or_section_needs_only_its_declaration() -> None:
             "version": 1,
             "maxConnections": "${CONNS}",
             "limits": {"maxBodyBytes": "${BODY:-2048}", "label": 7},
+            "allowedOrigins": ["https://${HOST}", 8080],
         },
         CONNS="12",
+        HOST="a.example",
     )
     assert (config.max_connections, config.limits.max_body_bytes) == (12, 2048)
+    assert config.allowed_origins == ("https://a.example", "8080")
     assert config.limits.label == "7"
     assert _load_extended({"version": 1}).limits == _Limits()
     with pytest.raises(ConfigError) as info:
@@ -233,6 +235,15 @@ def test_a_new_setting_or_section_needs_only_its_declaration() -> None:
     assert (info.value.path, info.value.message) == (
         "limits.maxBodyBytes",
         "'maxBodyBytes' must be positive, got 0",
+    )
+    with pytest.raises(ConfigError) as info:
+        _load_extended({"version": 1, "allowedOrigins": ["${NOT_SET}"]})
+    assert info.value.path == "allowedOrigins[0]"
+    with pytest.raises(ConfigError) as info:
+        _load_extended({"version": 1, "allowedOrigins": [True]})
+    assert (info.value.path, info.value.message) == (
+        "allowedOrigins[0]",
+        "each entry of 'allowedOrigins' must be a string",
     )
     with pytest.raises(ConfigError) as info:
         _load_extended({"version": 1, "limits": "big"})
