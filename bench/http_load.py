@@ -96,7 +96,7 @@ def run_wrk(url: str, case: Case, connections: int, duration: int, workdir: Path
             "wrk",
             f"-t{threads}",
             f"-c{connections}",
-            f"-d{max(1, round(duration))}s",
+            f"-d{max(1, duration)}s",
             "--timeout",
             "30s",
             "-s",
