@@ -307,6 +307,8 @@ def _check_table_text(reports: Sequence[Any]) -> str:
     for report, row in zip(reports, rows, strict=True):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.extend(f"    readable by: {client}" for client in report.clients)
+        if report.temporary_credentials:
+            lines.append(f"    temporary credentials: {report.temporary_credentials}")
         lines.extend(f"    note: {note}" for note in report.notes)
         lines.extend(f"    problem: {problem}" for problem in report.problems)
     unusable = sum(1 for r in reports if r.status.value == "unusable")

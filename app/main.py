@@ -13,8 +13,8 @@ from sharing.async_queries import build_service
 from sharing.catalog import Catalog
 from sharing.cdf_query import ChangeTokens
 from sharing.config import ServerConfig
-from sharing.fileserve import FileServer
 from sharing.paging import QueryTokens
+from sharing.presign.local_verify import FileServer
 from sharing.skipping.warm import StatsWarmer
 from sharing.tables import TableService
 from sharing.tokens import TokenCodec

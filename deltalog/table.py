@@ -50,6 +50,8 @@ class DeltaTable:
         self._lock = threading.RLock()
         self._latest: Snapshot | None = None
         self._history: OrderedDict[int, Snapshot] = OrderedDict()
+        # Commit timestamps from one listing, extended as the log grows (deltalog.history).
+        self.commit_timeline = history.CommitTimeline(storage, root)
 
     @classmethod
     def open(cls, uri: str, storage: Storage | None = None) -> DeltaTable:

@@ -19,9 +19,11 @@ from enum import StrEnum
 from typing import Any
 
 from deltalog.features import reader_features
+from deltalog.storage.base import Storage
 from sharing import capabilities
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
+from sharing.credentials.vending import vending_support
 from sharing.errors import SharingError
 from sharing.tables import TableService
 
@@ -58,6 +60,7 @@ class TableReport:
     clients: list[str] = field(default_factory=list)
     change_data_feed: bool = False
     history_shared: bool = False
+    temporary_credentials: str = ""
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -107,6 +110,7 @@ def check_table(service: TableService, shared: SharedTable) -> TableReport:
             report.notes.append(
                 f"parquet-format clients cannot read it (it uses {', '.join(needed)})"
             )
+        report.temporary_credentials = _vending(shared, snapshot.storage)
         if shared.config.start_version > snapshot.version:
             report.status = Status.UNUSABLE
             report.problems.append(
@@ -195,6 +199,16 @@ def _log_report(report: TableReport) -> None:
         "+".join(report.formats),
         extra={"table": report.table, "check": report.to_json()},
     )
+
+
+def _vending(shared: SharedTable, storage: Storage) -> str:
+    """Whether recipients can ask for temporary table credentials (cloud tables only)."""
+    if not storage.kind.is_cloud:
+        return "not applicable (local table)"
+    support = vending_support(shared, storage)
+    if support.possible:
+        return "available"
+    return f"not available: {support.reason} {support.detail}".strip()
 
 
 def _cause(exc: SharingError) -> str:

@@ -56,6 +56,7 @@ def test_verdicts_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[st
     good, dv = reports["s.d.good"], reports["s.d.dv"]
     assert (good["status"], good["version"], good["num_files"]) == ("ok", 1, 6)
     assert good["formats"] == ["parquet", "delta"] and good["problems"] == []
+    assert good["temporary_credentials"] == "not applicable (local table)"
     assert (dv["status"], dv["version"], dv["min_reader_version"]) == ("ok", 15, 3)
     assert dv["reader_features"] == ["deletionVectors"]
     assert dv["formats"] == ["delta"]
@@ -147,4 +148,7 @@ def test_cloud_table_in_s3(
     reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)}
     assert reports["s.d.cloud"]["status"] == "ok"
     assert reports["s.d.cloud"]["num_files"] == 6
+    # No historyShared, so no temporary credentials; the report says how to offer them.
+    assert reports["s.d.cloud"]["temporary_credentials"].startswith("not available")
+    assert "historyShared" in reports["s.d.cloud"]["temporary_credentials"]
     assert reports["s.d.cloud_missing"]["status"] == "unusable"

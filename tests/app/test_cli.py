@@ -191,7 +191,7 @@ def write_config(tmp_path: Path, **extra: object) -> Path:
                 "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(tmp_path)}]}],
             }
         ],
-        "authorization": {"bearerToken": "cli-test-token"},
+        "authorization": {"bearerToken": "cli-test-token-16"},
         "signingSecret": "cli-test-signing-secret",
         "host": "127.0.0.1",
         "port": 0,
@@ -209,7 +209,7 @@ def test_serve_with_a_config_answers_shares(tmp_path: Path) -> None:
         url = announced_url(lines)
         assert url.startswith("http://127.0.0.1:")
         assert url.endswith("/delta-sharing/")
-        response = httpx.get(url + "shares", headers={"Authorization": "Bearer cli-test-token"})
+        response = httpx.get(url + "shares", headers={"Authorization": "Bearer cli-test-token-16"})
         assert response.status_code == 200
         assert response.json() == {"items": [{"name": "s"}]}
         assert httpx.get(url + "shares").status_code == 401
@@ -229,7 +229,7 @@ def test_serve_port_and_host_flags_override_the_config(tmp_path: Path) -> None:
         url = announced_url(lines)
         assert url.startswith("http://127.0.0.1:")
         assert not url.startswith("http://127.0.0.1:1/")
-        headers = {"Authorization": "Bearer cli-test-token"}
+        headers = {"Authorization": "Bearer cli-test-token-16"}
         assert httpx.get(url + "shares/s/schemas", headers=headers).status_code == 200
 
 
@@ -283,7 +283,7 @@ def test_serve_https_with_a_self_signed_certificate(tmp_path: Path) -> None:
         url = announced_url(lines)
         assert url.startswith("https://127.0.0.1:")
         response = httpx.get(
-            url + "shares", headers={"Authorization": "Bearer cli-test-token"}, verify=False
+            url + "shares", headers={"Authorization": "Bearer cli-test-token-16"}, verify=False
         )
         assert response.status_code == 200
         assert response.json() == {"items": [{"name": "s"}]}
