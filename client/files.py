@@ -26,6 +26,8 @@ from deltalog.deletion_vectors import (
     bitmap_to_numpy,
     keep_mask,
     read_bitmap,
+    rewritten_dv_changes,
+    rows_without,
 )
 from deltalog.partitions import partition_columns_as_arrow
 from deltalog.paths import resolve_key
@@ -252,13 +254,14 @@ class UnitReader:
         first = unit.actions[0]
         rows, num_rows = self._rows(first)
         if not self.layout.change_feed:
-            return _without(rows, self._deleted(first))
+            return rows_without(rows, self._deleted(first))
         if len(unit.actions) == 2:
-            now_deleted = self._deleted(first)
-            before_deleted = self._deleted(unit.actions[1])
+            deleted, inserted = rewritten_dv_changes(
+                rows, self._deleted(first), self._deleted(unit.actions[1])
+            )
             parts = [
-                self._labelled(_only(rows, now_deleted - before_deleted), DELETE, first),
-                self._labelled(_only(rows, before_deleted - now_deleted), INSERT, first),
+                self._labelled(deleted, DELETE, first),
+                self._labelled(inserted, INSERT, first),
             ]
             return pa.concat_tables(parts)
         change: str | pa.Array | None = first.change_type
@@ -316,13 +319,3 @@ def _read_columns(
 ) -> tuple[dict[str, Any], int]:
     key = files.register_data(action.url, action.size)
     return read_data_file(files, key, fields, mode)  # type: ignore[arg-type]
-
-
-def _without(rows: pa.Table, deleted: BitMap64) -> pa.Table:
-    if not deleted:
-        return rows
-    return rows.filter(pa.array(keep_mask(bitmap_to_numpy(deleted), rows.num_rows)))
-
-
-def _only(rows: pa.Table, selected: BitMap64) -> pa.Table:
-    return rows.take(pa.array(bitmap_to_numpy(selected)))

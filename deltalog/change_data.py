@@ -21,9 +21,9 @@ from deltalog.actions import Metadata, Protocol
 from deltalog.changes import ChangeCommit, table_changes
 from deltalog.deletion_vectors import (
     DeletionVectorDescriptor,
-    bitmap_to_numpy,
-    keep_mask,
     read_bitmap,
+    rewritten_dv_changes,
+    rows_without,
 )
 from deltalog.errors import DeltaError
 from deltalog.partitions import partition_columns_as_arrow
@@ -77,26 +77,16 @@ def _commit_rows(layout: _Layout, commit: ChangeCommit) -> Iterator[pa.Table]:
         now_deleted = layout.deleted(adds, i)
         j = removed.get(decode_path(path))
         if j is None:
-            yield layout.labelled(_without(rows, now_deleted), "insert", commit)
+            yield layout.labelled(rows_without(rows, now_deleted), "insert", commit)
             continue
         paired.add(j)
-        before_deleted = layout.deleted(removes, j)
-        yield layout.labelled(_only(rows, now_deleted - before_deleted), "delete", commit)
-        yield layout.labelled(_only(rows, before_deleted - now_deleted), "insert", commit)
+        deleted, inserted = rewritten_dv_changes(rows, now_deleted, layout.deleted(removes, j))
+        yield layout.labelled(deleted, "delete", commit)
+        yield layout.labelled(inserted, "insert", commit)
     for j in range(removes.num_rows):
         if j not in paired:
             rows, _ = layout.read(removes, j)
-            yield layout.labelled(_without(rows, layout.deleted(removes, j)), "delete", commit)
-
-
-def _without(rows: pa.Table, deleted: BitMap64) -> pa.Table:
-    if not deleted:
-        return rows
-    return rows.filter(pa.array(keep_mask(bitmap_to_numpy(deleted), rows.num_rows)))
-
-
-def _only(rows: pa.Table, selected: BitMap64) -> pa.Table:
-    return rows.take(pa.array(bitmap_to_numpy(selected)))
+            yield layout.labelled(rows_without(rows, layout.deleted(removes, j)), "delete", commit)
 
 
 def _change_types(storage: Storage, key: str) -> pa.Array:

@@ -348,3 +348,22 @@ def keep_mask(deleted: np.ndarray, num_rows: int) -> np.ndarray:
             )
         mask[deleted] = False
     return mask
+
+
+def rows_without(rows: pa.Table, deleted: BitMap64) -> pa.Table:
+    """A file's rows with those a deletion vector deletes left out."""
+    if not deleted:
+        return rows
+    return rows.filter(pa.array(keep_mask(bitmap_to_numpy(deleted), rows.num_rows)))
+
+
+def rewritten_dv_changes(
+    rows: pa.Table, now_deleted: BitMap64, before_deleted: BitMap64
+) -> tuple[pa.Table, pa.Table]:
+    """(deleted, re-inserted) rows of a file whose deletion vector one commit replaced (an
+    add and a remove of the same file): the change feed of that commit, as Delta readers
+    resolve it."""
+    return (
+        rows.take(pa.array(bitmap_to_numpy(now_deleted - before_deleted))),
+        rows.take(pa.array(bitmap_to_numpy(before_deleted - now_deleted))),
+    )
