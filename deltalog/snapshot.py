@@ -94,7 +94,8 @@ class Snapshot:
 
     @property
     def files(self) -> pa.Table:
-        """Active files (ADD_SCHEMA)."""
+        """Active files (ADD_SCHEMA, plus the typed `stats_parsed` column when the
+        checkpoint the snapshot was loaded from had one; see deltalog.actions)."""
         return self._state.files
 
     @property
