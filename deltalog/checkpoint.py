@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, Metadata, Protocol
+from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, STATS_PARSED, Metadata, Protocol
 from deltalog.commits import LOG_DIR, file_actions_table, json_actions, metadata_from_action
 from deltalog.errors import CorruptLogError, MissingLogFileError
 from deltalog.log_segment import Checkpoint
@@ -144,6 +144,8 @@ def _read_parquet_actions(
         if kind in names and pa.types.is_struct(schema.field(kind).type):
             st = schema.field(kind).type
             columns += [f"{kind}.{n}" for n in _subfields(st, wanted)]
+            if kind == "add" and _typed_stats_field(st) is not None:
+                columns.append(f"add.{STATS_PARSED}")
     if not files_only:
         columns += [n for n in _NON_FILE_ACTIONS if n in names]
     name = posixpath.basename(key)
@@ -189,7 +191,8 @@ def _read_group(
     if "add" in table.column_names:
         part.adds.append(_adds(pf, group, table.column("add"), version, name))
     if "remove" in table.column_names:
-        part.removes.append(_file_actions(table.column("remove"), REMOVE_SCHEMA, version))
+        removes = _valid_rows(table.column("remove"), "remove")
+        part.removes.append(_file_actions(removes, REMOVE_SCHEMA, version))
     for kind in _NON_FILE_ACTIONS:
         if kind in table.column_names:
             part.non_file[kind] = _small_actions(table.column(kind), kind)
@@ -197,6 +200,8 @@ def _read_group(
 
 
 def _valid_rows(col: pa.ChunkedArray, kind: str) -> pa.Array:
+    """The rows of `col` that hold an action of `kind`. They are usually one run (a
+    checkpoint writes each kind of action together), which is sliced, not copied."""
     arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     key = _KEY_FIELD[kind]
     if key not in {f.name for f in arr.type}:
@@ -204,6 +209,12 @@ def _valid_rows(col: pa.ChunkedArray, kind: str) -> pa.Array:
     mask = pc.is_valid(pc.struct_field(arr, [arr.type.get_field_index(key)]))
     if arr.null_count:
         mask = pc.and_(mask, arr.is_valid())
+    count = mask.true_count
+    if count == 0:
+        return arr.slice(0, 0)
+    first = pc.index(mask, True).as_py()
+    if mask.slice(first, count).true_count == count:
+        return arr.slice(first, count)
     return arr.filter(mask)
 
 
@@ -230,9 +241,9 @@ def _conform(arr: pa.Array, target: pa.DataType) -> pa.Array:
 
 
 def _file_actions(
-    col: pa.ChunkedArray, schema: pa.Schema, version: int, **extra: pa.Array
+    arr: pa.StructArray, schema: pa.Schema, version: int, **extra: pa.Array
 ) -> pa.Table:
-    arr = _valid_rows(col, "add" if schema is ADD_SCHEMA else "remove")
+    """The valid rows `arr` of a checkpoint's add/remove column in the contract schema."""
     n = len(arr)
     present = {f.name: i for i, f in enumerate(arr.type)}
     columns = []
@@ -248,48 +259,53 @@ def _file_actions(
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def _typed_stats_field(add_type: pa.StructType) -> pa.Field | None:
+    """The checkpoint's `add.stats_parsed` field when it is a usable struct."""
+    index = add_type.get_field_index(STATS_PARSED)
+    if index < 0 or not pa.types.is_struct(add_type.field(index).type):
+        return None
+    return add_type.field(index)
+
+
 def _adds(
     pf: pq.ParquetFile, group: int, col: pa.ChunkedArray, version: int, name: str
 ) -> pa.Table:
-    """Add rows, falling back to `stats_parsed` / `partitionValues_parsed` where the string
-    forms are missing."""
+    """Add rows, with the typed statistics (`stats_parsed`) as a column of their own when
+    the checkpoint has them, and the string forms made from the typed ones
+    (`stats_parsed`, `partitionValues_parsed`) where missing."""
     st = pf.schema_arrow.field("add").type
     fields = {f.name for f in st}
     arr = _valid_rows(col, "add")
     extra: dict[str, pa.Array] = {}
-    need_stats = "stats_parsed" in fields and (
-        "stats" not in fields
-        or pc.struct_field(arr, [arr.type.get_field_index("stats")]).null_count
-    )
+    typed = None
+    if _typed_stats_field(st) is not None:
+        typed = pc.struct_field(arr, [arr.type.get_field_index(STATS_PARSED)])
+        json_stats = (
+            pc.struct_field(arr, [arr.type.get_field_index("stats")]) if "stats" in fields else None
+        )
+        if json_stats is None or json_stats.null_count:
+            made = stats_json(typed)
+            extra["stats"] = made if json_stats is None else pc.coalesce(json_stats, made)
     need_pv = "partitionValues_parsed" in fields and (
         "partitionValues" not in fields
         or pc.struct_field(arr, [arr.type.get_field_index("partitionValues")]).null_count
     )
-    if need_stats or need_pv:
-        wanted = ["add.path"]
-        wanted += ["add.stats_parsed"] if need_stats else []
-        wanted += ["add.partitionValues_parsed"] if need_pv else []
+    if need_pv:
+        wanted = ["add.path", "add.partitionValues_parsed"]
         try:
             parsed = _valid_rows(pf.read_row_group(group, columns=wanted).column("add"), "add")
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
-        if need_stats:
-            made = stats_json(
-                pc.struct_field(parsed, [parsed.type.get_field_index("stats_parsed")])
-            )
-            if "stats" in fields:
-                made = pc.coalesce(pc.struct_field(arr, [arr.type.get_field_index("stats")]), made)
-            extra["stats"] = made
-        if need_pv:
-            pv_parsed = pc.struct_field(
-                parsed, [parsed.type.get_field_index("partitionValues_parsed")]
-            )
-            made = partition_values_map(pv_parsed)
-            if "partitionValues" in fields:
-                original = pc.struct_field(arr, [arr.type.get_field_index("partitionValues")])
-                made = pc.if_else(original.is_valid(), pc.cast(original, made.type), made)
-            extra["partitionValues"] = made
-    return _file_actions(pa.chunked_array([arr]), ADD_SCHEMA, version, **extra)
+        pv_parsed = pc.struct_field(parsed, [parsed.type.get_field_index("partitionValues_parsed")])
+        made = partition_values_map(pv_parsed)
+        if "partitionValues" in fields:
+            original = pc.struct_field(arr, [arr.type.get_field_index("partitionValues")])
+            made = pc.if_else(original.is_valid(), pc.cast(original, made.type), made)
+        extra["partitionValues"] = made
+    adds = _file_actions(arr, ADD_SCHEMA, version, **extra)
+    if typed is not None:
+        adds = adds.append_column(pa.field(STATS_PARSED, typed.type), typed)
+    return adds
 
 
 def _strip_nulls(value: Any) -> Any:
@@ -326,12 +342,34 @@ def _read_json_manifest(storage: Storage, info: FileInfo, version: int) -> _Part
     return part
 
 
+def _concat_adds(tables: list[pa.Table]) -> pa.Table:
+    """The adds of all parts as one table. When parts disagree on the typed statistics
+    (some without, or of different types), the disagreeing ones get null typed
+    statistics, or none keeps them (the JSON `stats` serve every row either way)."""
+    if not tables:
+        return ADD_SCHEMA.empty_table()
+    types = {t.schema.field(STATS_PARSED).type for t in tables if STATS_PARSED in t.column_names}
+    if len(types) == 1:
+        typed = pa.field(STATS_PARSED, types.pop())
+        tables = [
+            t
+            if STATS_PARSED in t.column_names
+            else t.append_column(typed, pa.nulls(t.num_rows, typed.type))
+            for t in tables
+        ]
+    elif types:
+        tables = [
+            t.drop_columns([STATS_PARSED]) if STATS_PARSED in t.column_names else t for t in tables
+        ]
+    return pa.concat_tables(tables)
+
+
 def _combine(parts: list[_Part], version: int) -> CheckpointState:
     adds = [t for p in parts for t in p.adds]
     removes = [t for p in parts for t in p.removes]
     state = CheckpointState(
         version=version,
-        adds=pa.concat_tables(adds) if adds else ADD_SCHEMA.empty_table(),
+        adds=_concat_adds(adds),
         removes=pa.concat_tables(removes) if removes else REMOVE_SCHEMA.empty_table(),
     )
     try:

@@ -1,0 +1,123 @@
+"""Per-file statistics of a files table, each row from the best source it has.
+
+Rows whose checkpoint stored typed statistics (the `stats_parsed` column deltalog keeps
+alongside a snapshot's files) are read from them: nothing is parsed, so a predicate on
+a never-queried million-file snapshot costs a few vectorised casts. Every other row (one
+that came from a JSON commit, or a checkpoint without typed statistics) has its `stats`
+JSON parsed for the requested columns only, cached per chunk by a StatsCache. The files
+table keeps the two columns in the same chunks (deltalog.file_chunks), so each chunk is
+handled on its own and a chunk whose rows are all typed never touches its JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltalog.actions import STATS_PARSED
+from sharing.skipping import typed_stats
+from sharing.skipping.stats import (
+    ColumnStats,
+    FileStats,
+    StatsCache,
+    StatsRequest,
+    concat_file_stats,
+    parse_stats,
+)
+
+
+def file_stats(
+    files: pa.Table,
+    requests: Sequence[StatsRequest],
+    cache: StatsCache | None,
+    *,
+    background: bool = False,
+) -> FileStats:
+    """numRecords and the requested columns' statistics, one row per file. `cache` None
+    parses JSON without caching it; `background` is StatsCache.get's."""
+    wanted = list(dict.fromkeys(requests))
+    if STATS_PARSED not in files.column_names:
+        return _json(files.column("stats"), wanted, cache, background)
+    parts = [
+        _batch_stats(batch, wanted, cache, background)
+        for batch in files.select(["stats", STATS_PARSED]).to_batches()
+        if batch.num_rows
+    ]
+    return concat_file_stats(parts, wanted)
+
+
+def stats_ready(files: pa.Table, requests: Sequence[StatsRequest], cache: StatsCache) -> bool:
+    """Can `file_stats` answer without parsing any JSON (typed or cached)?"""
+    wanted = list(dict.fromkeys(requests))
+    if STATS_PARSED not in files.column_names:
+        return cache.has(files.column("stats"), wanted)
+    for batch in files.select(["stats", STATS_PARSED]).to_batches():
+        need = _json_needed(batch.column(1), wanted)
+        if need is not None and not cache.has(batch.column(0), need):
+            return False
+    return True
+
+
+def _json_needed(typed: pa.Array, wanted: list[StatsRequest]) -> list[StatsRequest] | None:
+    """The requests this chunk's JSON must serve (None: none at all)."""
+    if typed.null_count == len(typed) or typed_stats.num_records(typed) is None:
+        return wanted
+    missing = [r for r in wanted if typed_stats.column_stats(typed, r) is None]
+    if typed.null_count:
+        return wanted
+    return missing or None
+
+
+def _json(
+    stats: pa.Array | pa.ChunkedArray,
+    requests: list[StatsRequest],
+    cache: StatsCache | None,
+    background: bool,
+) -> FileStats:
+    if cache is not None:
+        return cache.get(stats, requests, background=background)
+    chunks = stats.chunks if isinstance(stats, pa.ChunkedArray) else [stats]
+    combined = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
+    return parse_stats(combined, requests)
+
+
+def _batch_stats(
+    batch: pa.RecordBatch, wanted: list[StatsRequest], cache: StatsCache | None, background: bool
+) -> FileStats:
+    json_stats, typed = batch.column(0), batch.column(1)
+    if typed.null_count == len(typed):
+        return _json(json_stats, wanted, cache, background)
+    records = typed_stats.num_records(typed)
+    columns = {r: typed_stats.column_stats(typed, r) for r in wanted}
+    need = _json_needed(typed, wanted)
+    if need is None:
+        assert records is not None
+        return FileStats(records, {r: c for r, c in columns.items() if c is not None})
+    parsed = _json(json_stats, need, cache, background)
+    # Rows with typed statistics take them; the others (null struct) take the JSON's.
+    has_typed = typed.is_valid() if typed.null_count else None
+
+    def pick(typed_values: pa.Array | None, json_values: pa.Array) -> pa.Array:
+        if typed_values is None:
+            return json_values
+        if has_typed is None:
+            return typed_values
+        return pc.if_else(has_typed, typed_values, json_values)
+
+    merged: dict[StatsRequest, ColumnStats] = {}
+    for r in wanted:
+        typed_column = columns[r]
+        if typed_column is None:
+            merged[r] = parsed.columns[r]
+        elif r not in parsed.columns:
+            merged[r] = typed_column
+        else:
+            json_column = parsed.columns[r]
+            merged[r] = ColumnStats(
+                pick(typed_column.min, json_column.min),
+                pick(typed_column.max, json_column.max),
+                pick(typed_column.null_count, json_column.null_count),
+            )
+    return FileStats(pick(records, parsed.num_records), merged)
