@@ -26,6 +26,7 @@ from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, STATS_PARSED, Metadata, 
 from deltalog.commits import LOG_DIR, file_actions_table, json_actions, metadata_from_action
 from deltalog.errors import CorruptLogError, MissingLogFileError
 from deltalog.log_segment import Checkpoint
+from deltalog.null_columns import null_array, nullify
 from deltalog.parsed_columns import partition_values_map, stats_json
 from deltalog.storage.base import FileInfo, Storage
 
@@ -251,11 +252,12 @@ def _file_actions(
         if f.name == "version":
             columns.append(pa.array(np.full(n, version, dtype=np.int64)))
         elif f.name in extra:
-            columns.append(_conform(extra[f.name], f.type))
+            columns.append(nullify(_conform(extra[f.name], f.type)))
         elif f.name in present:
-            columns.append(_conform(pc.struct_field(arr, [present[f.name]]), f.type))
+            columns.append(nullify(_conform(pc.struct_field(arr, [present[f.name]]), f.type)))
         else:
-            columns.append(pa.nulls(n, f.type))
+            # Columns no row fills take no memory (see deltalog.null_columns).
+            columns.append(null_array(f.type, n))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
