@@ -51,8 +51,8 @@ class FileChunks:
     @classmethod
     def build(cls, table: pa.Table, key_of: KeyFunction) -> FileChunks:
         """Chunks over the rows of `table` (its schema), with keys computed per batch."""
-        batches = _split(table.to_batches(max_chunksize=CHUNK_ROWS))
-        return _compacted(table.schema, batches, [_flat(key_of(b)) for b in batches])
+        batches = split_batches(table.to_batches(max_chunksize=CHUNK_ROWS))
+        return _compacted(table.schema, batches, [flat(key_of(b)) for b in batches])
 
     @classmethod
     def restore(
@@ -111,21 +111,21 @@ class FileChunks:
         """These chunks followed by `rows` (same schema), compacted."""
         if rows.num_rows == 0:
             return self
-        new = _split(rows.to_batches(max_chunksize=CHUNK_ROWS))
+        new = split_batches(rows.to_batches(max_chunksize=CHUNK_ROWS))
         return _compacted(
             self.schema,
             [*self.batches, *new],
-            [*self.keys, *(_flat(key_of(b)) for b in new)],
+            [*self.keys, *(flat(key_of(b)) for b in new)],
         )
 
 
-def _flat(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+def flat(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         return arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     return arr
 
 
-def _split(batches: Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
+def split_batches(batches: Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
     """Batches of at most CHUNK_ROWS rows (zero-copy slices), empty ones left out."""
     out: list[pa.RecordBatch] = []
     for batch in batches:
@@ -134,34 +134,70 @@ def _split(batches: Sequence[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return out
 
 
-def _compacted(
-    schema: pa.Schema, batches: Sequence[pa.RecordBatch], keys: Sequence[pa.Array]
-) -> FileChunks:
-    """Merge adjacent batches by the rule of the module docstring; each merged group is
-    copied once, however many merges formed it."""
-    groups: list[list[int]] = []
-    sizes: list[int] = []
-    for i, batch in enumerate(batches):
-        n = batch.num_rows
-        if n == 0:
-            continue
-        groups.append([i])
-        sizes.append(n)
+class ChunkSink:
+    """The merging of the module docstring, online: batches pushed in row order come out
+    (through `emit`) as the chunks `FileChunks` would hold, each as soon as no later
+    batch can merge into it, so a stream of any length is compacted holding at most
+    about two chunks' worth of rows (deltalog.snapshot_store writes a checkpoint to its
+    file that way)."""
+
+    def __init__(self, emit: Callable[[pa.RecordBatch, pa.Array], None]) -> None:
+        self._emit = emit
+        self._groups: list[list[tuple[pa.RecordBatch, pa.Array]]] = []
+        self._sizes: list[int] = []
+
+    def push(self, batch: pa.RecordBatch, keys: pa.Array) -> None:
+        if batch.num_rows == 0:
+            return
+        self._groups.append([(batch, keys)])
+        self._sizes.append(batch.num_rows)
+        sizes = self._sizes
         while (
             len(sizes) >= 2
             and sizes[-2] + sizes[-1] <= CHUNK_ROWS
             and sizes[-1] * MERGE_RATIO >= sizes[-2]
         ):
-            last, size = groups.pop(), sizes.pop()
-            groups[-1].extend(last)
+            last, size = self._groups.pop(), sizes.pop()
+            self._groups[-1].extend(last)
             sizes[-1] += size
+        # A group followed by one it cannot absorb (together over CHUNK_ROWS) never merges
+        # again (groups only grow), and neither does anything before it.
+        final = 0
+        for i in range(len(sizes) - 1):
+            if sizes[i] + sizes[i + 1] > CHUNK_ROWS:
+                final = i + 1
+        self._flush(final)
+
+    def finish(self) -> None:
+        self._flush(len(self._groups))
+
+    def _flush(self, count: int) -> None:
+        for group in self._groups[:count]:
+            if len(group) == 1:
+                self._emit(*group[0])
+            else:
+                self._emit(
+                    pa.concat_batches([b for b, _ in group]),
+                    pa.concat_arrays([k for _, k in group]),
+                )
+        del self._groups[:count]
+        del self._sizes[:count]
+
+
+def _compacted(
+    schema: pa.Schema, batches: Sequence[pa.RecordBatch], keys: Sequence[pa.Array]
+) -> FileChunks:
+    """Merge adjacent batches by the rule of the module docstring; each merged group is
+    copied once, however many merges formed it."""
     out_batches: list[pa.RecordBatch] = []
     out_keys: list[pa.Array] = []
-    for group in groups:
-        if len(group) == 1:
-            out_batches.append(batches[group[0]])
-            out_keys.append(keys[group[0]])
-        else:
-            out_batches.append(pa.concat_batches([batches[i] for i in group]))
-            out_keys.append(pa.concat_arrays([keys[i] for i in group]))
+
+    def emit(batch: pa.RecordBatch, key: pa.Array) -> None:
+        out_batches.append(batch)
+        out_keys.append(key)
+
+    sink = ChunkSink(emit)
+    for batch, key in zip(batches, keys, strict=True):
+        sink.push(batch, key)
+    sink.finish()
     return FileChunks(schema, tuple(out_batches), tuple(out_keys))

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, STATS_PARSED, CommitActions
 from deltalog.file_chunks import FileChunks
+from deltalog.null_columns import null_array
 
 _KEY_SEP = "\x00"
 
@@ -73,13 +74,13 @@ def files_schema(schema: pa.Schema) -> pa.Schema:
     return ADD_SCHEMA
 
 
-def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+def conform_adds(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """ADD_SCHEMA rows (of a commit) in `schema`: columns it adds are null."""
     if rows.schema.equals(schema):
         return rows
     for field in schema:
         if field.name not in rows.column_names:
-            rows = rows.append_column(field, pa.nulls(rows.num_rows, field.type))
+            rows = rows.append_column(field, null_array(field.type, rows.num_rows))
     return rows.select(schema.names).cast(schema)
 
 
@@ -119,12 +120,22 @@ class FileState:
         return cls(FileChunks.empty(ADD_SCHEMA), FileChunks.empty(REMOVE_SCHEMA))
 
 
-def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileState:
-    """The state after applying `commits` (ascending versions) on top of `base`."""
+@dataclass(frozen=True)
+class CommitWinners:
+    """What a run of commits does to any base: the keys it touches (to drop from the
+    base), and the adds and removes that win (newest action per key), in commit order."""
+
+    touched: pa.Array
+    adds: pa.Table | None  # ADD_SCHEMA
+    removes: pa.Table | None  # REMOVE_SCHEMA
+
+
+def commit_winners(commits: Sequence[CommitActions]) -> CommitWinners | None:
+    """The winners of `commits` (ascending versions); None when they hold no file action."""
     add_tables = [c.adds for c in commits if c.adds.num_rows]
     remove_tables = [c.removes for c in commits if c.removes.num_rows]
     if not add_tables and not remove_tables:
-        return base
+        return None
 
     # Positions give the replay order: per commit its removes, then its adds, in line order.
     key_parts: list[pa.ChunkedArray] = []
@@ -144,24 +155,32 @@ def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileStat
     actions = pa.table({"key": keys, "pos": np.concatenate(pos_parts)})
     winners = actions.group_by("key", use_threads=False).aggregate([("pos", "max")])
     win_pos = winners.column("pos_max").to_numpy()
-    touched = winners.column("key").combine_chunks()
 
     all_is_add = np.concatenate(is_add_parts)
     is_add = all_is_add[win_pos]
     # Row index of each winner within the concatenation of all add (resp. remove) tables.
-    add_offsets = np.cumsum(all_is_add) - 1
-    rem_offsets = np.cumsum(~all_is_add) - 1
-    add_rows = np.sort(add_offsets[win_pos[is_add]])
-    rem_rows = np.sort(rem_offsets[win_pos[~is_add]])
+    add_rows = np.sort((np.cumsum(all_is_add) - 1)[win_pos[is_add]])
+    rem_rows = np.sort((np.cumsum(~all_is_add) - 1)[win_pos[~is_add]])
+    adds = pa.concat_tables(add_tables).take(pa.array(add_rows)) if len(add_rows) else None
+    removes = (
+        pa.concat_tables(remove_tables).take(pa.array(rem_rows)).cast(REMOVE_SCHEMA)
+        if len(rem_rows)
+        else None
+    )
+    return CommitWinners(winners.column("key").combine_chunks(), adds, removes)
 
-    active = base.active.without(touched)
-    removed = base.removed.without(touched)
-    if len(add_rows):
-        new_adds = pa.concat_tables(add_tables).take(pa.array(add_rows))
-        active = active.appended(_conform(new_adds, active.schema), file_keys)
-    if len(rem_rows):
-        new_removes = pa.concat_tables(remove_tables).take(pa.array(rem_rows))
-        removed = removed.appended(new_removes.cast(REMOVE_SCHEMA), file_keys)
+
+def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileState:
+    """The state after applying `commits` (ascending versions) on top of `base`."""
+    won = commit_winners(commits)
+    if won is None:
+        return base
+    active = base.active.without(won.touched)
+    removed = base.removed.without(won.touched)
+    if won.adds is not None:
+        active = active.appended(conform_adds(won.adds, active.schema), file_keys)
+    if won.removes is not None:
+        removed = removed.appended(won.removes, file_keys)
     return FileState(active, removed)
 
 

@@ -40,7 +40,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,15 +49,24 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from deltalog.actions import REMOVE_SCHEMA, Protocol
+from deltalog.actions import REMOVE_SCHEMA, Metadata, Protocol
+from deltalog.checkpoint import CheckpointPart, CheckpointReader
 from deltalog.commits import metadata_from_action
 from deltalog.errors import DeltaError
-from deltalog.file_chunks import CHUNK_ROWS, FileChunks
-from deltalog.log_segment import LogListing, build_segment, list_log
+from deltalog.file_chunks import CHUNK_ROWS, ChunkSink, FileChunks, flat, split_batches
+from deltalog.log_segment import LogListing, LogSegment, build_segment, list_log
 from deltalog.null_columns import null_array
-from deltalog.replay import FileState, files_schema
-from deltalog.snapshot import CommitClock, Snapshot, load_snapshot, read_commits
+from deltalog.replay import FileState, commit_winners, conform_adds, file_keys, files_schema
+from deltalog.snapshot import (
+    CommitClock,
+    Snapshot,
+    fold_actions,
+    load_snapshot,
+    read_commits,
+    require_readable,
+)
 from deltalog.storage.base import FileInfo, Storage
 
 try:  # POSIX advisory locks; elsewhere builders simply do not wait for each other
@@ -197,16 +206,22 @@ class SnapshotStore:
 
     def save(self, identity: str, snapshot: Snapshot, anchor: Anchor) -> Path:
         """Write `snapshot` (atomically: a temporary file renamed into place)."""
-        target = self.path(identity, snapshot.version)
+        return self._written(
+            identity, snapshot.version, lambda tmp: _write(tmp, identity, snapshot, anchor)
+        )
+
+    def _written(self, identity: str, version: int, write: Callable[[Path], None]) -> Path:
+        """Run `write` on a temporary file, then rename it into place."""
+        target = self.path(identity, version)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            _write(tmp, identity, snapshot, anchor)
+            write(tmp)
             os.replace(tmp, target)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
-        self._prune(identity, snapshot.version)
+        self._prune(identity, version)
         return target
 
     def save_later(self, identity: str, snapshot: Snapshot, anchor: Anchor) -> Future[None]:
@@ -263,12 +278,16 @@ class SnapshotStore:
         storage: Storage,
         table_root: str,
         clock: CommitClock,
+        verify: bool | None = None,
     ) -> Snapshot | None:
         """The stored snapshot of `version`, mapped, when its file is whole and was built
-        from the log files `listing` shows; otherwise the file is deleted and None."""
+        from the log files `listing` shows; otherwise the file is deleted and None.
+        `verify` overrides the store's setting (a process mapping the file it has just
+        written and checksummed need not read it all again)."""
         path = self.path(identity, version)
+        check = self.verify if verify is None else verify
         try:
-            return _read(path, identity, version, listing, self.verify, storage, table_root, clock)
+            return _read(path, identity, version, listing, check, storage, table_root, clock)
         except FileNotFoundError:
             return None
         except (StoreCorrupt, DeltaError, pa.ArrowException, OSError, ValueError) as exc:
@@ -310,20 +329,10 @@ class StoredTable:
             if snapshot is not None:
                 return snapshot
             segment = build_segment(self.storage, self.table_root)
-            built = load_snapshot(self.storage, self.table_root, segment, clock=clock)
-            version = built.version
-            if segment.commits and segment.commits[-1][0] == version:
-                commit: FileInfo | None = segment.commits[-1][1]
-            else:
-                commit = segment.checkpoint_commit
-            checkpoint = segment.checkpoint
-            files = checkpoint.files if checkpoint and checkpoint.version == version else ()
-            self.store.save(self.identity, built, Anchor(commit, files))
+            version = self._build(segment, clock)
             self.stored_version = version
-            # Serve the mapped copy, like every other process: the built one is freed
-            # before mapping, so the two are never held at once.
-            del built
-            pa.default_memory_pool().release_unused()
+            # Served from the file, like in every other process: the rows were streamed
+            # into it, never all held in this process's memory.
             listing = list_log(self.storage, self.table_root, after=version - 1)
             mapped = self.store.open(
                 self.identity,
@@ -332,10 +341,37 @@ class StoredTable:
                 storage=self.storage,
                 table_root=self.table_root,
                 clock=clock,
+                verify=False,
             )
             if mapped is not None:
                 return mapped
             return load_snapshot(self.storage, self.table_root, segment, clock=clock)
+
+    def _build(self, segment: LogSegment, clock: CommitClock) -> int:
+        """Write the snapshot of `segment` to the store; returns its version. A checkpoint
+        is streamed into the file row group by row group; a log without one (or whose
+        keys are not its paths: `file:` URIs) is loaded in memory and saved."""
+        version = segment.version
+        if segment.commits and segment.commits[-1][0] == version:
+            commit: FileInfo | None = segment.commits[-1][1]
+        else:
+            commit = segment.checkpoint_commit
+        checkpoint = segment.checkpoint
+        files = checkpoint.files if checkpoint and checkpoint.version == version else ()
+        anchor = Anchor(commit, files)
+        if checkpoint is not None:
+            try:
+                self.store._written(
+                    self.identity,
+                    version,
+                    lambda tmp: _stream(tmp, self.identity, self.storage, segment, anchor),
+                )
+                return version
+            except _KeysNeeded:
+                pass
+        built = load_snapshot(self.storage, self.table_root, segment, clock=clock)
+        self.store.save(self.identity, built, anchor)
+        return version
 
     def _from_store(self, clock: CommitClock, max_commits: int) -> Snapshot | None:
         versions = self.store.versions(self.identity)
@@ -414,77 +450,223 @@ def _file_checksum(handle: Any, length: int, block: int = 8 << 20) -> int:
     return total
 
 
-def _section(chunks: FileChunks) -> tuple[list[pa.RecordBatch], pa.Schema, list[str], bool]:
-    """The batches to write (all-null columns left out, keys added when they are not the
-    paths), their schema, the left-out column names, and whether keys were added."""
-    batches = list(chunks.batches)
-    schema = chunks.schema
-    null_columns = [
-        f.name
-        for i, f in enumerate(schema)
-        if f.name != "path" and all(b.column(i).null_count == b.num_rows for b in batches)
-    ]
-    kept = [f.name for f in schema if f.name not in null_columns]
-    with_keys = any(
-        not k.equals(b.column("path")) for b, k in zip(batches, chunks.keys, strict=True)
-    )
-    out = []
-    for batch, keys in zip(batches, chunks.keys, strict=True):
-        batch = batch.select(kept)
-        if with_keys:
-            batch = batch.append_column(_KEY_COLUMN, keys)
-        out.append(batch)
-    written = pa.schema([schema.field(n) for n in kept])
-    if with_keys:
-        written = written.append(pa.field(_KEY_COLUMN, pa.string()))
-    return out, written, null_columns, with_keys
+@dataclass(frozen=True)
+class _Layout:
+    """How a section's rows are written: their schema, the all-null columns left out
+    (recreated on reading), and whether keys are written (when they are not the paths)."""
+
+    schema: pa.Schema
+    null_columns: tuple[str, ...]
+    with_keys: bool
+
+    @classmethod
+    def of(cls, chunks: FileChunks) -> _Layout:
+        batches = chunks.batches
+        null_columns = tuple(
+            f.name
+            for i, f in enumerate(chunks.schema)
+            if f.name != "path" and all(b.column(i).null_count == b.num_rows for b in batches)
+        )
+        with_keys = any(
+            not k.equals(b.column("path")) for b, k in zip(batches, chunks.keys, strict=True)
+        )
+        return cls(chunks.schema, null_columns, with_keys)
+
+    @property
+    def written(self) -> pa.Schema:
+        fields = [f for f in self.schema if f.name not in self.null_columns]
+        if self.with_keys:
+            fields.append(pa.field(_KEY_COLUMN, pa.string()))
+        return pa.schema(fields)
+
+    def row(self, batch: pa.RecordBatch, keys: pa.Array) -> pa.RecordBatch:
+        out = batch.select([f.name for f in self.schema if f.name not in self.null_columns])
+        return out.append_column(_KEY_COLUMN, keys) if self.with_keys else out
 
 
-def _write(path: Path, identity: str, snapshot: Snapshot, anchor: Anchor) -> None:
-    state = snapshot._state
-    sections: dict[str, Any] = {}
-    with open(path, "wb") as handle:
-        for name, chunks in (("files", state.active), ("tombstones", state.removed)):
-            batches, schema, null_columns, with_keys = _section(chunks)
-            start = handle.tell()
-            sink = pa.PythonFile(handle, mode="w")
-            with pa.ipc.new_file(sink, schema) as writer:
-                for batch in batches:
-                    writer.write_batch(batch)
-            end = handle.tell()
-            handle.write(b"\0" * (_aligned(end) - end))
-            sections[name] = {
-                "offset": start,
-                "length": end - start,
-                "rows": chunks.num_rows,
-                "schema": base64.b64encode(chunks.schema.serialize().to_pybytes()).decode(),
-                "null_columns": null_columns,
-                "keys": with_keys,
-            }
+class _Writer:
+    """One store file being written: sections of Arrow IPC, then the header."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.sections: dict[str, Any] = {}
+
+    @contextlib.contextmanager
+    def section(
+        self, name: str, layout: _Layout
+    ) -> Iterator[Callable[[pa.RecordBatch, pa.Array], None]]:
+        """Yields `write(batch, keys)` for the section's chunks, in order."""
+        handle = self.handle
+        start = handle.tell()
+        rows = 0
+        with pa.ipc.new_file(pa.PythonFile(handle, mode="w"), layout.written) as writer:
+
+            def write(batch: pa.RecordBatch, keys: pa.Array) -> None:
+                nonlocal rows
+                if not layout.with_keys and not keys.equals(batch.column("path")):
+                    raise _KeysNeeded
+                writer.write_batch(layout.row(batch, keys))
+                rows += batch.num_rows
+
+            yield write
+        end = handle.tell()
+        handle.write(b"\0" * (_aligned(end) - end))
+        self.sections[name] = {
+            "offset": start,
+            "length": end - start,
+            "rows": rows,
+            "schema": base64.b64encode(layout.schema.serialize().to_pybytes()).decode(),
+            "null_columns": list(layout.null_columns),
+            "keys": layout.with_keys,
+        }
+
+    def chunks(self, name: str, chunks: FileChunks) -> None:
+        with self.section(name, _Layout.of(chunks)) as write:
+            for batch, keys in zip(chunks.batches, chunks.keys, strict=True):
+                write(batch, keys)
+
+    def finish(self, identity: str, version: int, anchor: Anchor, **state: Any) -> None:
+        """The header (the table's state as of `version` in `state`) and the trailer."""
+        handle = self.handle
+        handle.flush()
         data_end = handle.tell()
-    with open(path, "r+b") as handle:
-        checksum = _file_checksum(handle, data_end)
-        handle.seek(data_end)
+        with open(handle.name, "rb") as reread:
+            checksum = _file_checksum(reread, data_end)
         header = orjson.dumps(
             {
                 "format": FORMAT,
                 "table": identity,
-                "version": snapshot.version,
+                "version": version,
                 "anchor": anchor.to_json(),
-                "protocol": snapshot.protocol.raw,
-                "metadata": snapshot.metadata.raw,
-                "txns": snapshot.txns,
-                "domain_metadata": snapshot.domain_metadata,
-                "checkpoint_version": snapshot.checkpoint_version,
-                "in_commit_timestamp": snapshot._in_commit_timestamp,
+                **state,
                 "chunk_rows": CHUNK_ROWS,
-                "sections": sections,
+                "sections": self.sections,
                 "data_length": data_end,
                 "checksum": checksum,
             }
         )
         handle.write(header)
         handle.write(_TRAILER.pack(data_end, len(header), zlib.crc32(header), MAGIC))
+
+
+class _KeysNeeded(Exception):
+    """A streamed section met rows whose keys are not their paths (file: URIs)."""
+
+
+def _state_fields(
+    protocol: Protocol,
+    metadata: Metadata,
+    txns: dict[str, int],
+    domains: dict[str, dict[str, Any]],
+    checkpoint_version: int | None,
+    in_commit_timestamp: int | None,
+) -> dict[str, Any]:
+    return {
+        "protocol": protocol.raw,
+        "metadata": metadata.raw,
+        "txns": txns,
+        "domain_metadata": domains,
+        "checkpoint_version": checkpoint_version,
+        "in_commit_timestamp": in_commit_timestamp,
+    }
+
+
+def _write(path: Path, identity: str, snapshot: Snapshot, anchor: Anchor) -> None:
+    """A snapshot held in memory, to `path`."""
+    state = snapshot._state
+    with open(path, "wb") as handle:
+        writer = _Writer(handle)
+        writer.chunks("files", state.active)
+        writer.chunks("tombstones", state.removed)
+        writer.finish(
+            identity,
+            snapshot.version,
+            anchor,
+            **_state_fields(
+                snapshot.protocol,
+                snapshot.metadata,
+                snapshot.txns,
+                snapshot.domain_metadata,
+                snapshot.checkpoint_version,
+                snapshot._in_commit_timestamp,
+            ),
+        )
+
+
+def _stream(
+    path: Path, identity: str, storage: Storage, segment: LogSegment, anchor: Anchor
+) -> None:
+    """The snapshot of `segment` (which has a checkpoint), to `path`, streaming the
+    checkpoint: the commits are read first (they are small) to know which keys they
+    touch, then each checkpoint row group is filtered, compacted (ChunkSink) and written
+    as it is read, and the commits' winning adds follow. What deltalog.snapshot's
+    load_snapshot would hold in memory, row for row and chunk for chunk."""
+    checkpoint = segment.checkpoint
+    assert checkpoint is not None
+    # The in-commit-timestamp setting only decides commit timestamps, not files.
+    commits = read_commits(storage, segment.table_root, segment.commits, None)
+    won = commit_winners(commits)
+    touched = won.touched if won is not None else pa.array([], pa.string())
+    reader = CheckpointReader(storage, segment.table_root, checkpoint)
+    schema = reader.adds_schema
+    new_adds = conform_adds(won.adds, schema) if won is not None and won.adds is not None else None
+    null_columns = tuple(
+        name
+        for name in reader.absent
+        if new_adds is None or new_adds.column(name).null_count == new_adds.num_rows
+    )
+    layout = _Layout(schema, null_columns, with_keys="deletionVector" not in null_columns)
+    non_file: list[CheckpointPart] = []
+    removes: list[pa.Table] = []
+    with open(path, "wb") as handle:
+        writer = _Writer(handle)
+        with writer.section("files", layout) as write:
+            sink = ChunkSink(write)
+            for part in reader.parts():
+                # Give the previous row group's memory back now rather than after the
+                # allocator's purge delay: that is what keeps a large build's peak low.
+                pa.default_memory_pool().release_unused()
+                non_file.append(CheckpointPart(non_file=part.non_file))
+                removes += part.removes
+                for adds in part.adds:
+                    for batch in split_batches(adds.to_batches()):
+                        keys = flat(file_keys(batch))
+                        if len(touched):
+                            hit = pc.is_in(keys, value_set=touched)
+                            if hit.true_count:
+                                keep = pc.invert(hit)
+                                batch, keys = batch.filter(keep), keys.filter(keep)
+                        sink.push(batch, keys)
+            if new_adds is not None:
+                for batch in split_batches(new_adds.to_batches()):
+                    sink.push(batch, flat(file_keys(batch)))
+            sink.finish()
+        tombstones = FileChunks.build(
+            pa.concat_tables(removes) if removes else REMOVE_SCHEMA.empty_table(), file_keys
+        ).without(touched)
+        if won is not None and won.removes is not None:
+            tombstones = tombstones.appended(won.removes, file_keys)
+        writer.chunks("tombstones", tombstones)
+        state = reader.combine(non_file)
+        txns, domains = (
+            dict(state.txns),
+            {k: v for k, v in state.domain_metadata.items() if not v.get("removed")},
+        )
+        protocol, metadata = fold_actions(commits, state.protocol, state.metadata, txns, domains)
+        protocol, metadata = require_readable(segment.version, protocol, metadata)
+        writer.finish(
+            identity,
+            segment.version,
+            anchor,
+            **_state_fields(
+                protocol,
+                metadata,
+                txns,
+                domains,
+                checkpoint.version,
+                commits[-1].in_commit_timestamp if commits else None,
+            ),
+        )
 
 
 def _header(handle: Any, size: int) -> dict[str, Any]:

@@ -182,7 +182,7 @@ def _null_table(schema: pa.Schema, n: int) -> pa.Table:
 
 def _parse_rows(group: pa.Array, schema: pa.Schema) -> pa.Table:
     """The slow, tolerant path: orjson per row, values of the wrong JSON type become null."""
-    num_records: list[int | None] = []
+    num_records: list[object] = []
     values: dict[str, list[dict]] = {"minValues": [], "maxValues": [], "nullCount": []}
     for text in group.to_pylist():
         try:
@@ -203,7 +203,7 @@ def _parse_rows(group: pa.Array, schema: pa.Schema) -> pa.Table:
 
 
 def _conform(section: dict, struct_type: pa.StructType) -> dict:
-    out = {}
+    out: dict[str, object] = {}
     for field in struct_type:
         value = section.get(field.name)
         if pa.types.is_struct(field.type):

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltalog import DeltaTable, SnapshotStore
+from deltalog import DeltaTable, Snapshot, SnapshotStore
 from deltalog.snapshot_store import SUFFIX, table_identity
 from tests.support import REPO_ROOT
 from tests.support import handlog as h
@@ -102,7 +102,7 @@ def _mapping_of(address: int) -> str | None:
 _PROCESS = textwrap.dedent(
     """
     import json, sys
-    from deltalog import DeltaTable, SnapshotStore
+    from deltalog import DeltaTable, Snapshot, SnapshotStore
     from tests.support.replay_oracle import CountingStorage
     storage = CountingStorage()
     table = DeltaTable(sys.argv[1], storage, snapshot_store=SnapshotStore(sys.argv[2]))
@@ -210,7 +210,8 @@ def _rebuilds(table: Path, store: SnapshotStore) -> CountingStorage:
 
 
 def _built(counting: CountingStorage) -> bool:
-    return any(k.endswith(".checkpoint.parquet") for k in counting.opened)
+    """Did the reader open a checkpoint file (i.e. load from the log, not the store)?"""
+    return any(".checkpoint." in k for k in [*counting.opened, *counting.reads])
 
 
 @pytest.mark.parametrize(
@@ -325,6 +326,80 @@ def test_corpus_tables_round_trip(relative: str, tmp_path: Path) -> None:
         assert snapshot_keys(mapped.files) == expected
 
 
+def _same_snapshot(mapped: Snapshot, loaded: Snapshot) -> None:
+    """Row for row and chunk for chunk."""
+    assert mapped.version == loaded.version
+    assert mapped.files.schema == loaded.files.schema
+    assert mapped.files.to_pylist() == loaded.files.to_pylist()
+    assert [b.num_rows for b in mapped._state.active.batches] == [
+        b.num_rows for b in loaded._state.active.batches
+    ]
+    assert mapped.tombstones.to_pylist() == loaded.tombstones.to_pylist()
+    assert mapped._state.file_keys.equals(loaded._state.file_keys)
+    assert mapped._state.tombstone_keys.equals(loaded._state.tombstone_keys)
+    assert mapped.protocol == loaded.protocol and mapped.metadata == loaded.metadata
+    assert mapped.metadata.raw == loaded.metadata.raw
+    assert mapped.txns == loaded.txns and mapped.domain_metadata == loaded.domain_metadata
+    assert mapped.checkpoint_version == loaded.checkpoint_version
+    assert mapped._in_commit_timestamp == loaded._in_commit_timestamp
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "delta-kernel-rs/golden_data/checkpoint/delta",
+        "delta-kernel-rs/golden_data/multi-part-checkpoint/delta",
+        "delta-kernel-rs/data/v2-checkpoints-parquet-with-sidecars",
+        "delta-kernel-rs/data/v2-checkpoints-json-with-sidecars",
+        "delta-kernel-rs/data/v2-classic-checkpoint-json",
+        "delta-kernel-rs/golden_data/dv-partitioned-with-checkpoint/delta",
+        "delta-rs/checkpoint-v2-table",
+        "delta-rs/delta-1.2.1-only-struct-stats",
+        "delta-kernel-rs/data/app-txn-checkpoint",
+        "delta-rs/table-with-domain-metadata",
+        "levi/dat/with_checkpoint/delta",
+    ],
+)
+def test_streamed_build_matches_the_in_memory_load(relative: str, tmp_path: Path) -> None:
+    """The first process streams the checkpoint into the store file; what it maps is
+    what loading the same log in memory gives."""
+    root = copy_table(relative, tmp_path)
+    counting = CountingStorage()
+    mapped = DeltaTable(
+        str(root), counting, snapshot_store=SnapshotStore(tmp_path / "s")
+    ).snapshot()
+    assert _built(counting) or any(k.endswith(".json") for k in counting.reads)
+    _same_snapshot(mapped, DeltaTable(str(root)).snapshot())
+
+
+def test_streamed_build_of_a_large_checkpoint_with_commits(tmp_path: Path) -> None:
+    """Many row groups of odd sizes, commits after the checkpoint that remove and re-add
+    checkpointed files: the streamed file equals the in-memory replay, chunk for chunk."""
+    root = tmp_path / "large"
+    _write_large_table(root, 70_000, row_group_size=7_001)
+    for v in range(2, 6):
+        removed = tuple(f"part-{i}" for i in range(v * 997, 70_000, 9_973))
+        _append(root, f"new-{v}", "part-5", remove=removed)
+    store = SnapshotStore(tmp_path / "store")
+    mapped = DeltaTable(str(root), snapshot_store=store).snapshot()
+    _same_snapshot(mapped, DeltaTable(str(root)).snapshot())
+    assert mapped.files.column("path").chunk(0).buffers()[2].address != 0
+
+
+def test_paths_that_are_not_their_keys_are_built_in_memory(tmp_path: Path) -> None:
+    """`file:` URIs (whose keys are canonical paths) in the commits after a checkpoint:
+    the streamed layout cannot hold them, the snapshot is loaded in memory and saved."""
+    root = tmp_path / "t"
+    _write_table(root)
+    _append(root, f"file:{root}/abs.parquet")
+    mapped = DeltaTable(str(root), snapshot_store=SnapshotStore(tmp_path / "s")).snapshot()
+    _same_snapshot(mapped, DeltaTable(str(root)).snapshot())
+    counting = CountingStorage()
+    again = DeltaTable(str(root), counting, snapshot_store=SnapshotStore(tmp_path / "s"))
+    _same_snapshot(again.snapshot(), mapped)
+    assert counting.reads == [] and not _built(counting)
+
+
 # Memory shared between processes --------------------------------------------------------
 
 ADD_TYPE = pa.struct(
@@ -339,7 +414,7 @@ ADD_TYPE = pa.struct(
 )
 
 
-def _write_large_table(root: Path, n: int) -> None:
+def _write_large_table(root: Path, n: int, row_group_size: int = 100_000) -> None:
     """A classic checkpoint of `n` adds written with pyarrow, then one commit."""
     log = root / "_delta_log"
     log.mkdir(parents=True)
@@ -394,14 +469,14 @@ def _write_large_table(root: Path, n: int) -> None:
             ),
         }
     )
-    pq.write_table(table, log / f"{0:020d}.checkpoint.parquet", row_group_size=100_000)
+    pq.write_table(table, log / f"{0:020d}.checkpoint.parquet", row_group_size=row_group_size)
     h.write_commit(root, 1, [h.commit_info(), h.add("last.parquet")])
 
 
 _HOLD = textwrap.dedent(
     """
     import sys
-    from deltalog import DeltaTable, SnapshotStore
+    from deltalog import DeltaTable, Snapshot, SnapshotStore
     def private_kb():
         fields = dict(
             line.split(":", 1) for line in open("/proc/self/smaps_rollup").read().splitlines()[1:]
