@@ -25,6 +25,7 @@ from sharing.skipping.stats import (
     StatsRequest,
     concat_file_stats,
     parse_stats,
+    scatter_indices,
 )
 
 
@@ -49,25 +50,55 @@ def file_stats(
 
 
 def stats_ready(files: pa.Table, requests: Sequence[StatsRequest], cache: StatsCache) -> bool:
-    """Can `file_stats` answer without parsing any JSON (typed or cached)?"""
+    """Can `file_stats` answer without parsing much JSON (typed, cached, or only a few
+    rows of a chunk to parse)?"""
     wanted = list(dict.fromkeys(requests))
     if STATS_PARSED not in files.column_names:
         return cache.has(files.column("stats"), wanted)
     for batch in files.select(["stats", STATS_PARSED]).to_batches():
-        need = _json_needed(batch.column(1), wanted)
-        if need is not None and not cache.has(batch.column(0), need):
+        plan = _plan(batch.column(0), batch.column(1), wanted)
+        if plan is not None and plan.whole_chunk and not cache.has(batch.column(0), plan.requests):
             return False
     return True
 
 
-def _json_needed(typed: pa.Array, wanted: list[StatsRequest]) -> list[StatsRequest] | None:
-    """The requests this chunk's JSON must serve (None: none at all)."""
-    if typed.null_count == len(typed) or typed_stats.num_records(typed) is None:
-        return wanted
-    missing = [r for r in wanted if typed_stats.column_stats(typed, r) is None]
-    if typed.null_count:
-        return wanted
-    return missing or None
+class _Plan:
+    """What one chunk's JSON must serve: `requests` for the rows in `rows` (None: every
+    row, through the cache; a mask: just those rows, parsed on the spot)."""
+
+    __slots__ = ("requests", "rows", "whole_chunk")
+
+    def __init__(
+        self, requests: list[StatsRequest], rows: pa.Array | None, whole_chunk: bool
+    ) -> None:
+        self.requests = requests
+        self.rows = rows
+        self.whole_chunk = whole_chunk
+
+
+# Rows without typed statistics are parsed on their own (uncached) while they are at most
+# this share of their chunk; beyond it the whole chunk's JSON is parsed, and cached.
+_ROWS_ALONE = 0.25
+
+
+def _plan(json_stats: pa.Array, typed: pa.Array, wanted: list[StatsRequest]) -> _Plan | None:
+    """None when the typed statistics serve every row of the chunk."""
+    n = len(typed)
+    if typed.null_count == n or typed_stats.num_records(typed) is None:
+        return _Plan(wanted, None, True)
+    if any(typed_stats.column_stats(typed, r) is None for r in wanted):
+        return _Plan(wanted, None, True)
+    if not typed.null_count:
+        return None
+    # Rows whose typed statistics are null but that have JSON (e.g. from a commit); rows
+    # with neither have no statistics at all.
+    rows = pc.and_(typed.is_null(), json_stats.is_valid())
+    count = rows.true_count
+    if count == 0:
+        return None
+    if count > n * _ROWS_ALONE:
+        return _Plan(wanted, None, True)
+    return _Plan(wanted, rows, False)
 
 
 def _json(
@@ -87,17 +118,29 @@ def _batch_stats(
     batch: pa.RecordBatch, wanted: list[StatsRequest], cache: StatsCache | None, background: bool
 ) -> FileStats:
     json_stats, typed = batch.column(0), batch.column(1)
-    if typed.null_count == len(typed):
+    plan = _plan(json_stats, typed, wanted)
+    if plan is not None and typed.null_count == len(typed):
         return _json(json_stats, wanted, cache, background)
     records = typed_stats.num_records(typed)
     columns = {r: typed_stats.column_stats(typed, r) for r in wanted}
-    need = _json_needed(typed, wanted)
-    if need is None:
+    if plan is None:
         assert records is not None
         return FileStats(records, {r: c for r, c in columns.items() if c is not None})
-    parsed = _json(json_stats, need, cache, background)
-    # Rows with typed statistics take them; the others (null struct) take the JSON's.
-    has_typed = typed.is_valid() if typed.null_count else None
+    if plan.rows is None:
+        parsed = _json(json_stats, plan.requests, cache, background)
+        has_typed = typed.is_valid() if typed.null_count else None
+    else:
+        # Just the rows without typed statistics, parsed on the spot and put back in place.
+        few = parse_stats(json_stats.filter(plan.rows), plan.requests)
+        where = scatter_indices(plan.rows)
+        parsed = FileStats(
+            few.num_records.take(where),
+            {
+                r: ColumnStats(c.min.take(where), c.max.take(where), c.null_count.take(where))
+                for r, c in few.columns.items()
+            },
+        )
+        has_typed = pc.invert(plan.rows)
 
     def pick(typed_values: pa.Array | None, json_values: pa.Array) -> pa.Array:
         if typed_values is None:
@@ -111,8 +154,6 @@ def _batch_stats(
         typed_column = columns[r]
         if typed_column is None:
             merged[r] = parsed.columns[r]
-        elif r not in parsed.columns:
-            merged[r] = typed_column
         else:
             json_column = parsed.columns[r]
             merged[r] = ColumnStats(

@@ -569,6 +569,45 @@ def test_typed_statistics_are_what_skips() -> None:
     assert kept.column("path").to_pylist() == ["f1", "f2"]
 
 
+def test_rows_without_typed_statistics_are_parsed_alone(monkeypatch) -> None:
+    """A chunk of typed rows with a few JSON-only ones (rows from commits after the
+    checkpoint): only those few are parsed, and they skip like the typed ones."""
+    from sharing.skipping import file_stats as file_stats_module
+
+    parsed: list[int] = []
+    real = file_stats_module.parse_stats
+    monkeypatch.setattr(
+        file_stats_module, "parse_stats", lambda a, r: parsed.append(len(a)) or real(a, r)
+    )
+    row = dict.fromkeys(COLUMNS) | {"p": 1, "q": "a"}
+    groups = [[row | {"i": v}] for v in range(40)]
+    choices = [
+        {
+            "no_stats": v == 7,
+            "drop": set(),
+            "no_null_count": False,
+            "nan_style": "spark",
+            "string_style": "bare",
+            "ts_offset": 0,
+        }
+        for v in range(40)
+    ]
+    modes = ["json" if v in (3, 30, 31) else "both" for v in range(40)]
+    table = with_typed_stats(files_table(groups, choices, False), modes)
+    hint = json.dumps(to_json(Compare(GE, Column(("i",), "long"), Literal(INT, 30))))
+    kept = filter_files(
+        table,
+        METADATA,
+        json_hints=hint,
+        sql_hints=None,
+        evaluate_json=True,
+        evaluate_sql=False,
+        stats_cache=StatsCache(),
+    )
+    assert kept.column("path").to_pylist() == ["f7", *(f"f{v}" for v in range(30, 40))]
+    assert parsed == [3]
+
+
 @settings(max_examples=100, deadline=None)
 @given(groups=split_rows(), data=st.data())
 def test_tree_evaluation_matches_exact_partition_filtering(groups, data):
