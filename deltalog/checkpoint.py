@@ -241,8 +241,8 @@ def _in_order(tasks: Sequence[Callable[[], _R]], workers: int) -> Iterator[_R]:
     when the consumer is done with a result, so at most `workers` results exist at once
     (the one being consumed included)."""
     if workers <= 1 or len(tasks) <= 1:
-        for task in tasks:
-            yield task()
+        for each in tasks:
+            yield each()
         return
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: deque[Future[_R]] = deque(pool.submit(t) for t in tasks[:workers])
