@@ -1,17 +1,20 @@
 # Production image for Lakeshare. Build: docker build -t lakeshare .
+# Optional extras: --build-arg LAKESHARE_EXTRAS=azure-identity (Entra ID credentials for
+# Azure, e.g. Azure workload identity in Kubernetes).
 # Run:   docker run -p 8080:8080 -v $PWD/config.yaml:/config/config.yaml:ro lakeshare
 # The configuration (YAML, see config.example.yaml) is mounted at /config/config.yaml;
 # secrets are best passed as environment variables referenced from it (${VAR}).
 
 FROM python:3.11-slim AS build
+ARG LAKESHARE_EXTRAS=""
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY sharing ./sharing
 COPY deltalog ./deltalog
-# Wheels for Lakeshare and all its dependencies, so the runtime stage needs no compiler
-# and keeps no build cache.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# Wheels for Lakeshare and all its dependencies (and those of the extras asked for), so
+# the runtime stage needs no compiler and keeps no build cache.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".${LAKESHARE_EXTRAS:+[$LAKESHARE_EXTRAS]}"
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -21,7 +24,7 @@ RUN groupadd --system --gid 10001 lakeshare \
     && useradd --system --uid 10001 --gid lakeshare --no-create-home \
        --home-dir /nonexistent --shell /usr/sbin/nologin lakeshare
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels /wheels/lakeshare-*.whl
+    pip install --no-cache-dir --no-index /wheels/*.whl
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8080

@@ -1,4 +1,5 @@
-"""The `lakeshare` command: `serve` the sharing server, `inspect` a Delta table.
+"""The `lakeshare` command: `serve` the sharing server, `check` its tables, `inspect` a
+Delta table.
 
 `lakeshare serve` with no `--config` builds and serves a demo share of real local Delta
 tables and writes a ready recipient profile, so a first run shows something useful.
@@ -28,6 +29,7 @@ __all__ = ["build_parser", "main"]
 log = logging.getLogger("lakeshare.cli")
 
 PROFILE_FILE_NAME = "profile.share"
+STARTUP_CHECK_SECONDS = 300.0
 _ANY_ADDRESS = ("", "0.0.0.0", "::")
 
 
@@ -76,6 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--files", action="store_true", help="include the active files")
     inspect.set_defaults(handler=_inspect)
+
+    check = commands.add_parser(
+        "check",
+        help="open every configured table and say who can read it",
+        description="Open every table of a server configuration (local and cloud) and "
+        "report its version, file count, reader features, the response formats and clients "
+        "that can read it, and any problem. Exits with status 1 when a table is unusable, "
+        "2 when the configuration is invalid.",
+    )
+    check.add_argument("--config", metavar="FILE", required=True, help="server config")
+    check.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    check.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up on tables whose storage has not answered by then (default: %(default)s)",
+    )
+    check.set_defaults(handler=_check)
     return parser
 
 
@@ -127,6 +148,10 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(f"cannot set up TLS: {exc}")
         base_url = _base_url(config, host, port)
         _announce(config, config_path, base_url, demo)
+        from sharing.table_check import log_reports_in_background
+
+        # Warms the app's own table cache too; a slow store delays only its own line.
+        log_reports_in_background(app.state.tables, config, timeout_seconds=STARTUP_CHECK_SECONDS)
         return _run(app, sock, ssl_options)
 
 
@@ -240,6 +265,75 @@ def _run(app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any]) -> int:
     return 0 if server.started else 1
 
 
+# --- check -------------------------------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> int:
+    from sharing.table_check import Status, check_tables, configured_tables
+    from sharing.tables import TableService
+
+    configure_logging("ERROR")  # the report is the output; table errors are in it
+    try:
+        config = load_config(Path(args.config))
+    except ConfigError as exc:
+        return _fail(f"invalid configuration: {exc}", 2)
+    reports = check_tables(
+        TableService(config), configured_tables(config), timeout_seconds=args.timeout
+    )
+    if args.format == "json":
+        _write(json.dumps([r.to_json() for r in reports], indent=2, ensure_ascii=False))
+    else:
+        _write(_check_table_text(reports))
+    return 1 if any(r.status is Status.UNUSABLE for r in reports) else 0
+
+
+def _check_table_text(reports: Sequence[Any]) -> str:
+    """One row per table, then its problems and readers indented below it."""
+    header = ("TABLE", "STATUS", "VERSION", "FILES", "SIZE", "FORMATS", "READER FEATURES")
+    rows = [
+        (
+            r.table,
+            r.status.value,
+            "-" if r.version is None else str(r.version),
+            "-" if r.num_files is None else str(r.num_files),
+            "-" if r.size_bytes is None else _human_size(r.size_bytes),
+            ",".join(r.formats) or "-",
+            ",".join(r.reader_features) or "-",
+        )
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(header, widths, strict=True)).rstrip()]
+    for report, row in zip(reports, rows, strict=True):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines.extend(f"    readable by: {client}" for client in report.clients)
+        if report.temporary_credentials:
+            lines.append(f"    temporary credentials: {report.temporary_credentials}")
+        lines.extend(f"    note: {note}" for note in report.notes)
+        lines.extend(f"    problem: {problem}" for problem in report.problems)
+    unusable = sum(1 for r in reports if r.status.value == "unusable")
+    lines.append(f"{len(reports)} table(s), {unusable} unusable")
+    return "\n".join(lines)
+
+
+def _human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _write(text: str) -> None:
+    """Print to stdout; a reader that went away (`| head`) is not worth a traceback."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 # --- inspect -----------------------------------------------------------------------------
 
 
@@ -259,13 +353,7 @@ def _inspect(args: argparse.Namespace) -> int:
         )
     except (DeltaError, ValueError, OSError) as exc:
         return _fail(f"inspect: {exc}")
-    text = json.dumps(result, indent=2, default=str, ensure_ascii=False)
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # The reader (e.g. `| head`) went away: not an error worth a traceback.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _write(json.dumps(result, indent=2, default=str, ensure_ascii=False))
     return 0
 
 

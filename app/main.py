@@ -8,13 +8,13 @@ from fastapi import Depends, FastAPI, Request
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
-from app.routes import credentials, files, health, listing, queries, tables
+from app.routes import credentials, files, health, landing, listing, queries, tables
 from sharing.async_queries import build_service
 from sharing.catalog import Catalog
 from sharing.cdf_query import ChangeTokens
 from sharing.config import ServerConfig
-from sharing.fileserve import FileServer
 from sharing.paging import QueryTokens
+from sharing.presign.local_verify import FileServer
 from sharing.skipping.warm import StatsWarmer
 from sharing.tables import TableService
 from sharing.tokens import TokenCodec
@@ -70,6 +70,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
 
     app.include_router(health.router)
+    # The landing page, at the root and at the endpoint URL a profile names.
+    app.include_router(landing.router)
+    app.add_api_route(prefix, landing.landing, methods=["GET"], include_in_schema=False)
+    app.add_api_route(prefix + "/", landing.landing, methods=["GET"], include_in_schema=False)
 
     install_error_handlers(app)
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -29,24 +29,22 @@ from deltalog.actions import CommitActions, Metadata
 from deltalog.actions import Protocol as DeltaProtocol
 from deltalog.commits import commit_key, commit_name, metadata_from_action
 from deltalog.errors import CorruptLogError, DeltaError, MissingLogFileError
-from deltalog.history import CommitTimeline, timeline
+from deltalog.history import CommitTimeline, TableLike, timeline
 from deltalog.storage.base import Storage
 
-if TYPE_CHECKING:
-    from deltalog.snapshot import Snapshot
+__all__ = [
+    "ChangeCommit",
+    "ChangeDataNotRecordedError",
+    "DataChangeCommit",
+    "TableLike",
+    "check_cdf_enabled",
+    "data_changes",
+    "data_changing",
+    "is_noop_merge",
+    "table_changes",
+]
 
 _MERGE_ROW_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
-
-
-class TableLike(Protocol):
-    """What this module needs of a table (deltalog.table.DeltaTable)."""
-
-    storage: Storage
-    table_root: str
-
-    def snapshot(self, version: int | None = None) -> Snapshot: ...
-
-    def commits(self, start: int, end: int) -> Iterator[CommitActions]: ...
 
 
 class ChangeDataNotRecordedError(DeltaError):
@@ -95,7 +93,8 @@ class ChangeCommit:
 
     @property
     def uses_cdc_files(self) -> bool:
-        return self.cdcs.num_rows > 0
+        rows: int = self.cdcs.num_rows
+        return rows > 0
 
 
 def data_changing(files: pa.Table) -> pa.Table:

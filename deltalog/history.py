@@ -17,7 +17,8 @@ reads instead of one read per commit. Only a clamp keeps them above the monotoni
 time of the last commit before enablement, so the timeline as a whole stays ordered for
 binary search.
 
-The file times come from ONE listing of `_delta_log/` per table, cached and extended
+The file times come from ONE listing of `_delta_log/` per table, kept on the table
+(`DeltaTable.commit_timeline`, so it lives and is evicted with the table) and extended
 incrementally with listings that start after the last known commit.
 """
 
@@ -26,13 +27,12 @@ from __future__ import annotations
 import bisect
 import threading
 from array import array
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import orjson
 
-from deltalog.actions import Metadata
+from deltalog.actions import CommitActions, Metadata
 from deltalog.commits import commit_name, in_commit_timestamps_enabled
 from deltalog.errors import (
     CorruptLogError,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CommitTimeline",
-    "clear_cache",
+    "TableLike",
     "commit_timestamp",
     "commit_timestamps",
     "format_instant",
@@ -63,16 +63,19 @@ __all__ = [
 ICT_ENABLEMENT_VERSION_KEY = "delta.inCommitTimestampEnablementVersion"
 
 _FIRST_LINE_BYTES = 16 * 1024  # commitInfo is the first line of an ICT commit
-_CACHE_CAPACITY = 256
 
 
 class TableLike(Protocol):
-    """What this module needs of a table (deltalog.table.DeltaTable)."""
+    """What history and change feeds need of a table (deltalog.table.DeltaTable, which
+    imports this module: hence a protocol rather than the class)."""
 
     storage: Storage
     table_root: str
+    commit_timeline: CommitTimeline  # the table's own, refreshed by `timeline()`
 
     def snapshot(self, version: int | None = None) -> Snapshot: ...
+
+    def commits(self, start: int, end: int | None = None) -> Iterator[CommitActions]: ...
 
 
 # --------------------------------------------------------------------------------------
@@ -317,36 +320,18 @@ class _TimesView(Sequence[int]):
         return self._timeline.timestamp(self._timeline.version_at(index))
 
 
-_timelines: OrderedDict[tuple[str, str], CommitTimeline] = OrderedDict()
-_timelines_lock = threading.Lock()
-
-
 def timeline(table: TableLike, *, through: int | None = None) -> CommitTimeline:
-    """The cached timeline of `table` (keyed by storage and root).
+    """The timeline of `table` (its own, kept with it).
 
     It is refreshed with the commits written since (one listing) unless it already
     reaches version `through`: a caller that knows the latest version it works with
     passes it and saves the listing. A log replaced in place (table deleted and created
     again at the same location) is noticed at the next refresh.
     """
-    cache_key = (repr(table.storage), table.table_root)
-    with _timelines_lock:
-        found = _timelines.get(cache_key)
-        if found is None:
-            found = CommitTimeline(table.storage, table.table_root)
-            _timelines[cache_key] = found
-        _timelines.move_to_end(cache_key)
-        while len(_timelines) > _CACHE_CAPACITY:
-            _timelines.popitem(last=False)
+    found = table.commit_timeline
     if through is None or not found.built or through > found.latest:
         found.refresh(table)
     return found
-
-
-def clear_cache() -> None:
-    """Forget every cached timeline (tests; a provider replacing tables in place)."""
-    with _timelines_lock:
-        _timelines.clear()
 
 
 # --------------------------------------------------------------------------------------

@@ -86,14 +86,12 @@ _STALE_TMP_SECONDS = 3600
 
 
 def table_identity(storage: Storage, table_root: str) -> str:
-    """What names a table across processes: the kind of storage (the deltalog.storage
-    class it is, or derives from), its own `identity` when it offers one (e.g. an
-    endpoint), and the root key."""
-    kinds = [c for c in type(storage).__mro__ if c.__module__.startswith("deltalog.storage")]
-    cls = kinds[0] if kinds else type(storage)
-    kind = f"{cls.__module__}.{cls.__qualname__}"
+    """What names a table across processes: the kind of storage, its own `identity` when
+    it offers one (e.g. an endpoint), and the root key. Two stores reachable under one
+    name (the same bucket path behind two endpoints) are still told apart by the anchor:
+    their commit files differ."""
     extra = getattr(storage, "identity", None)
-    return f"{kind}|{extra if isinstance(extra, str) else ''}|{table_root}"
+    return f"{storage.kind.value}|{extra if isinstance(extra, str) else ''}|{table_root}"
 
 
 @dataclass(frozen=True)

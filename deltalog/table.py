@@ -62,6 +62,8 @@ class DeltaTable:
         self._stored = (
             StoredTable(snapshot_store, storage, root) if snapshot_store is not None else None
         )
+        # Commit timestamps from one listing, extended as the log grows (deltalog.history).
+        self.commit_timeline = history.CommitTimeline(storage, root)
 
     @classmethod
     def open(

@@ -9,38 +9,22 @@ file; the backend module is imported only for a cloud some table actually uses.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
-from urllib.parse import urlsplit
+
+from deltalog.errors import DeltaError
+from deltalog.storage.kinds import StorageKind, backend_module, storage_kind
 
 __all__ = [
     "SECRET_OPTIONS",
     "camel_name",
     "check_options",
-    "describe_kind",
+    "cloud_kind",
     "option_names",
-    "storage_kind",
 ]
 
-_KINDS: dict[str, tuple[str, str]] = {
-    "s3": ("deltalog.storage.s3", "S3Options"),
-    "gcs": ("deltalog.storage.gcs", "GcsOptions"),
-    "azure": ("deltalog.storage.azure", "AzureOptions"),
-}
-_SCHEME_KINDS = {
-    "s3": "s3",
-    "s3a": "s3",
-    "s3n": "s3",
-    "gs": "gcs",
-    "gcs": "gcs",
-    "abfs": "azure",
-    "abfss": "azure",
-    "wasb": "azure",
-    "wasbs": "azure",
-}
 # Options whose value is a credential: they should come from the environment (`${VAR}`).
 SECRET_OPTIONS = frozenset(
     {
@@ -57,11 +41,14 @@ SECRET_OPTIONS = frozenset(
 _UPPER = re.compile(r"_([a-z])")
 
 
-def storage_kind(location: str) -> str | None:
-    """`s3`, `gcs` or `azure` for a cloud location; None for a local path or `file:` URI."""
-    if "://" not in location:
+def cloud_kind(location: str) -> StorageKind | None:
+    """The cloud a table location lives on; None for a local path or `file:` URI (and for
+    a scheme no backend reads, which opening the table reports)."""
+    try:
+        kind = storage_kind(location)
+    except DeltaError:
         return None
-    return _SCHEME_KINDS.get(urlsplit(location).scheme.lower())
+    return kind if kind.is_cloud else None
 
 
 def camel_name(snake: str) -> str:
@@ -69,22 +56,13 @@ def camel_name(snake: str) -> str:
     return _UPPER.sub(lambda m: m.group(1).upper(), snake)
 
 
-def _options_class(kind: str) -> Any:
-    module, name = _KINDS[kind]
-    return getattr(importlib.import_module(module), name)
-
-
-def option_names(kind: str) -> dict[str, str]:
+def option_names(kind: StorageKind) -> dict[str, str]:
     """camelCase YAML key -> backend option name, for one cloud."""
-    return {camel_name(f.name): f.name for f in fields(_options_class(kind))}
+    options_class: Any = backend_module(kind).OPTIONS  # a dataclass: `fields` lists it
+    return {camel_name(f.name): f.name for f in fields(options_class)}
 
 
-def check_options(kind: str, options: Mapping[str, Any]) -> None:
+def check_options(kind: StorageKind, options: Mapping[str, Any]) -> None:
     """Let the backend validate a complete set of options (pairs that belong together,
     value types). Raises deltalog's DeltaError with the backend's message."""
-    _options_class(kind).from_mapping(options)
-
-
-def describe_kind(kind: str) -> str:
-    """The cloud's name as messages spell it."""
-    return {"s3": "S3", "gcs": "GCS", "azure": "Azure"}[kind]
+    backend_module(kind).OPTIONS.from_mapping(options)

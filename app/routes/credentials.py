@@ -9,8 +9,8 @@ from app.responses import JsonResponse
 from app.routes.tables import table_service
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
+from sharing.credentials import TemporaryCredentials, require_history_for_credentials, vend
 from sharing.query import body_string, json_object
-from sharing.temp_credentials import TemporaryCredentials, require_history_for_credentials, vend
 
 __all__ = ["router"]
 

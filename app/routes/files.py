@@ -1,6 +1,6 @@
 """Signed file URLs of local tables: GET and HEAD with byte ranges.
 
-Authorised by the URL's signature (see sharing.fileserve), not by the bearer token, so the
+Authorised by the URL's signature (see presign.local_verify), not by the bearer token, so the
 recipient's Parquet and Delta readers can fetch files like any pre-signed object URL.
 """
 
@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from sharing.fileserve import FileServer, file_reply, read_chunks
+from sharing.presign.local_verify import FileServer, file_reply, read_chunks
 
 __all__ = ["router"]
 

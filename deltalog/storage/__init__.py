@@ -10,13 +10,10 @@ from urllib.parse import unquote, urlsplit
 
 from deltalog.errors import DeltaError
 from deltalog.storage.base import FileInfo, Storage
+from deltalog.storage.kinds import StorageKind, backend_module, storage_kind, uri_scheme
 from deltalog.storage.local import LocalStorage
 
-__all__ = ["FileInfo", "LocalStorage", "Storage", "resolve"]
-
-_CLOUD_SCHEMES = frozenset(
-    {"s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "az", "adl", "wasb", "wasbs", "azure"}
-)
+__all__ = ["FileInfo", "LocalStorage", "Storage", "StorageKind", "resolve", "storage_kind"]
 
 
 def resolve(uri: str, options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
@@ -30,31 +27,15 @@ def resolve(uri: str, options: Mapping[str, Any] | None = None) -> tuple[Storage
     """
     if not uri:
         raise DeltaError("empty table location")
-    scheme = urlsplit(uri).scheme.lower() if "://" in uri or uri.startswith("file:") else ""
-    if scheme == "file":
-        parts = urlsplit(uri)
-        if parts.netloc not in ("", "localhost"):
-            raise DeltaError(f"file URI with a remote host is not supported: {uri}")
-        path = unquote(parts.path)
-        if not path.startswith("/"):
-            raise DeltaError(f"file URI must hold an absolute path: {uri}")
-    elif scheme in ("s3", "s3a", "s3n"):
-        from deltalog.storage import s3
-
-        return s3.open_uri(uri, options)
-    elif scheme in ("gs", "gcs"):
-        from deltalog.storage import gcs
-
-        return gcs.open_uri(uri, options)
-    elif scheme in ("abfs", "abfss", "wasb", "wasbs"):
-        from deltalog.storage import azure
-
-        return azure.open_uri(uri, options)
-    elif scheme in _CLOUD_SCHEMES:
-        raise DeltaError(f"storage scheme '{scheme}://' is not supported yet")
-    elif scheme:
-        raise DeltaError(f"unknown storage scheme '{scheme}://'")
-    else:
-        path = os.path.abspath(uri)
-    root = posixpath.normpath(path)
-    return LocalStorage(), root
+    kind = storage_kind(uri)
+    if kind is not StorageKind.LOCAL:
+        return backend_module(kind).open_uri(uri, options)
+    if not uri_scheme(uri):
+        return LocalStorage(), posixpath.normpath(os.path.abspath(uri))
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost"):
+        raise DeltaError(f"file URI with a remote host is not supported: {uri}")
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise DeltaError(f"file URI must hold an absolute path: {uri}")
+    return LocalStorage(), posixpath.normpath(path)

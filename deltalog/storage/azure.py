@@ -23,7 +23,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-import pyarrow as pa
 from azure.core import MatchConditions
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import (
@@ -38,10 +37,11 @@ from azure.storage.blob import BlobPrefix, BlobServiceClient, ContainerClient
 
 from deltalog.errors import DeltaError, StorageError
 from deltalog.storage.base import FileInfo
-from deltalog.storage.ranged import DEFAULT_READ_AHEAD, open_ranged
+from deltalog.storage.common import ObjectStore, Pin, epoch_ms
+from deltalog.storage.kinds import StorageKind, scheme_kind
+from deltalog.storage.ranged import DEFAULT_READ_AHEAD
 from deltalog.storage.retry import RetryPolicy, with_retries
 
-SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _DELEGATION_LIFETIME = 24 * 3600
 _DELEGATION_MAX = 7 * 24 * 3600
@@ -107,7 +107,7 @@ def parse_uri(uri: str) -> AzureLocation:
     """Split `abfss://container@account.dfs.core.windows.net/path` (or wasb(s)/abfs)."""
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
-    if scheme not in SCHEMES:
+    if scheme_kind(scheme) is not StorageKind.AZURE:
         raise DeltaError(f"not an Azure location: {uri}")
     container, at, host = parts.netloc.rpartition("@")
     account, _, rest = host.partition(".")
@@ -142,20 +142,10 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, HttpResponseError) and exc.status_code in _TRANSIENT_STATUS
 
 
-def _failure(op: str, key: str, exc: Exception) -> Exception:
-    if isinstance(exc, ResourceNotFoundError):
-        return FileNotFoundError(key)
-    reason = getattr(exc, "error_code", None) or getattr(exc, "status_code", None)
-    name = key.rsplit("/", 1)[-1] or key
-    return StorageError(f"Azure {op} of {name} failed: {reason or type(exc).__name__}")
-
-
-def _ms(value: Any) -> int:
-    return int(value.timestamp() * 1000)
-
-
-class AzureStorage:
+class AzureStorage(ObjectStore):
     """The Storage protocol over one storage account's blob service."""
+
+    kind = StorageKind.AZURE
 
     def __init__(
         self,
@@ -195,6 +185,7 @@ class AzureStorage:
         )
         self._containers: dict[str, ContainerClient] = {}
         self._lock = threading.Lock()
+        self.read_ahead = self.options.read_ahead
         self._retry = RetryPolicy(attempts=3)
         self._start_from = True  # whether the service honours List Blobs' `startFrom`
         self._delegation_key: Any = None
@@ -271,86 +262,72 @@ class AzureStorage:
             first = next(items, None)
         except HttpResponseError as exc:
             if not (use_start_from and exc.status_code == 400):
-                raise _failure("listing", prefix, exc) from exc
+                raise self._failure("listing", prefix, exc) from exc
             # a service version without `startFrom`: list the whole prefix from now on
             self._start_from = False
             return self.list_from(prefix, start_after)
         except AzureError as exc:
-            raise _failure("listing", prefix, exc) from exc
+            raise self._failure("listing", prefix, exc) from exc
         return self._entries(first, items, container, after, prefix)
 
-    @staticmethod
     def _entries(
-        first: Any, items: Iterator[Any], container: str, after: str | None, prefix: str
+        self, first: Any, items: Iterator[Any], container: str, after: str | None, prefix: str
     ) -> Iterator[FileInfo]:
         item = first
         while item is not None:
             if not isinstance(item, BlobPrefix) and (after is None or item.name > after):
-                yield FileInfo(f"{container}/{item.name}", int(item.size), _ms(item.last_modified))
+                key = f"{container}/{item.name}"
+                yield FileInfo(key, int(item.size), epoch_ms(item.last_modified))
             try:
                 item = next(items, None)
             except AzureError as exc:
-                raise _failure("listing", prefix, exc) from exc
+                raise self._failure("listing", prefix, exc) from exc
 
-    def read(self, key: str) -> bytes:
-        return self._download(key, None, None, None)
-
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
-        if length <= 0:
-            return b""
-        return self._download(key, offset, length, None)
-
-    def _download(
-        self, key: str, offset: int | None, length: int | None, etag: str | None
-    ) -> bytes:
+    def _download(self, key: str, offset: int | None, length: int | None, pin: Pin) -> bytes:
         container, name = split_key(key)
         client = self.container(container)
         kwargs: dict[str, Any] = {"offset": offset, "length": length, "max_concurrency": 1}
-        if etag:
-            kwargs.update(etag=etag, match_condition=MatchConditions.IfNotModified)
+        if pin:
+            kwargs.update(etag=pin, match_condition=MatchConditions.IfNotModified)
 
         def attempt() -> bytes:
-            return client.download_blob(name, **kwargs).readall()
+            data: bytes = client.download_blob(name, **kwargs).readall()
+            return data
 
         try:
             return with_retries(attempt, _is_transient, self._retry)
         except HttpResponseError as exc:
             if exc.status_code == 416:
                 return b""  # offset at or past the end, as a local read would return
-            raise _failure("read", key, exc) from exc
+            raise self._failure("read", key, exc) from exc
         except AzureError as exc:
-            raise _failure("read", key, exc) from exc
+            raise self._failure("read", key, exc) from exc
 
-    def _properties(self, key: str) -> Any:
+    def _stat(self, key: str) -> tuple[FileInfo, Pin]:
         container, name = split_key(key)
         if not name:
             raise FileNotFoundError(key)
         client = self.container(container).get_blob_client(name)
         try:
-            return with_retries(client.get_blob_properties, _is_transient, self._retry)
+            properties = with_retries(client.get_blob_properties, _is_transient, self._retry)
         except AzureError as exc:
-            raise _failure("stat", key, exc) from exc
+            raise self._failure("stat", key, exc) from exc
+        info = FileInfo(key, int(properties.size), epoch_ms(properties.last_modified))
+        return info, properties.etag
 
-    def open_input_file(self, key: str) -> pa.NativeFile:
-        properties = self._properties(key)
-        etag = properties.etag
+    @staticmethod
+    def _is_missing(exc: Exception) -> bool:
+        return isinstance(exc, ResourceNotFoundError)
 
-        def fetch(offset: int, length: int) -> bytes:
-            return self._download(key, offset, length, etag)
-
-        return open_ranged(fetch, int(properties.size), key, self.options.read_ahead)
-
-    def info(self, key: str) -> FileInfo:
-        properties = self._properties(key)
-        return FileInfo(key, int(properties.size), _ms(properties.last_modified))
-
-    def join(self, root: str, relative: str) -> str:
-        return f"{root.rstrip('/')}/{relative.lstrip('/')}"
+    @staticmethod
+    def _reason(exc: Exception) -> str:
+        reason = getattr(exc, "error_code", None) or getattr(exc, "status_code", None)
+        return str(reason or type(exc).__name__)
 
     def __repr__(self) -> str:
         """Stable per configuration and naming the data it reaches (account and effective
-        blob endpoint: deltalog.history keys its timeline cache on it), without secrets
-        (a query string on an endpoint could hold a SAS token, so it is left out)."""
+        blob endpoint), without secrets (a query string on an endpoint could hold a SAS
+        token, so it is left out)."""
         parts = urlsplit(self.endpoint)
         endpoint = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
         return f"AzureStorage(account={self.account!r}, endpoint={endpoint!r})"
@@ -377,3 +354,6 @@ def open_uri(uri: str, options: Mapping[str, Any] | None = None) -> tuple[AzureS
             )
             _CACHE[cache_key] = storage
     return storage, location.root_key
+
+
+OPTIONS = AzureOptions

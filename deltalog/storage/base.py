@@ -3,7 +3,8 @@
 A backend addresses objects by *keys*: '/'-separated paths relative to nothing in
 particular (for local storage, absolute filesystem paths; for object stores,
 'bucket/key'). The log reader only builds keys by joining the table root with relative
-names, so S3, GCS and Azure slot in by implementing this protocol.
+names, so S3, GCS and Azure slot in by implementing this protocol. Each backend names its
+`kind`, so callers can dispatch on it without importing (SDK-backed) backend classes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
+
+from deltalog.storage.kinds import StorageKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,11 @@ class FileInfo:
 @runtime_checkable
 class Storage(Protocol):
     """What a storage backend must offer to the log reader."""
+
+    @property
+    def kind(self) -> StorageKind:
+        """Which storage this is (a class attribute on every backend)."""
+        ...
 
     def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
         """Objects whose key starts with `prefix`, in lexicographic key order, strictly

@@ -16,21 +16,21 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-import pyarrow as pa
 import requests
 from google.api_core import exceptions as api_exceptions
 from google.auth.credentials import AnonymousCredentials
-from google.auth.exceptions import TransportError
+from google.auth.exceptions import DefaultCredentialsError, TransportError
 from google.cloud import storage as gcs
 from google.cloud.storage.retry import DEFAULT_RETRY
 from google.oauth2 import service_account
 
 from deltalog.errors import DeltaError, StorageError
 from deltalog.storage.base import FileInfo
-from deltalog.storage.ranged import DEFAULT_READ_AHEAD, open_ranged
+from deltalog.storage.common import ObjectStore, Pin, epoch_ms
+from deltalog.storage.kinds import StorageKind, scheme_kind
+from deltalog.storage.ranged import DEFAULT_READ_AHEAD
 from deltalog.storage.retry import RetryPolicy, with_retries
 
-SCHEMES = frozenset({"gs", "gcs"})
 READ_ONLY_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
 _TRANSIENT = (
     api_exceptions.TooManyRequests,
@@ -83,11 +83,16 @@ class GcsOptions:
     def service_account(self) -> dict[str, Any] | None:
         """The service account key (parsed JSON) named by the options, if any."""
         if self.service_account_info:
-            return json.loads(self.service_account_info)
-        if self.service_account_file:
+            text = self.service_account_info
+        elif self.service_account_file:
             with open(self.service_account_file, encoding="utf-8") as f:
-                return json.load(f)
-        return None
+                text = f.read()
+        else:
+            return None
+        info = json.loads(text)
+        if not isinstance(info, dict):
+            raise DeltaError("the GCS service account key is not a JSON object")
+        return info
 
     def __repr__(self) -> str:  # never show secrets
         return f"GcsOptions(project={self.project!r}, endpoint={self.endpoint!r})"
@@ -96,7 +101,7 @@ class GcsOptions:
 def parse_uri(uri: str) -> str:
     """The root key (`bucket/path`, no trailing slash) of a `gs://` URI."""
     parts = urlsplit(uri)
-    if parts.scheme.lower() not in SCHEMES or not parts.netloc:
+    if scheme_kind(parts.scheme) is not StorageKind.GCS or not parts.netloc:
         raise DeltaError(f"not a GCS location: {uri}")
     path = parts.path.strip("/")
     return f"{parts.netloc}/{path}" if path else parts.netloc
@@ -114,20 +119,10 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
-def _failure(op: str, key: str, exc: Exception) -> Exception:
-    if isinstance(exc, api_exceptions.NotFound):
-        return FileNotFoundError(key)
-    reason = getattr(exc, "code", None) or type(exc).__name__
-    name = key.rsplit("/", 1)[-1] or key
-    return StorageError(f"GCS {op} of {name} failed: {reason}")
-
-
-def _ms(value: Any) -> int:
-    return int(value.timestamp() * 1000)
-
-
-class GcsStorage:
+class GcsStorage(ObjectStore):
     """The Storage protocol over GCS with one shared google-cloud-storage client."""
+
+    kind = StorageKind.GCS
 
     def __init__(self, options: GcsOptions | Mapping[str, Any] | None = None):
         self.options = (
@@ -144,10 +139,20 @@ class GcsStorage:
             credentials, project = AnonymousCredentials(), self.options.project or "lakeshare"
         else:
             credentials, project = None, self.options.project  # Application Default Credentials
-        self.client = gcs.Client(
-            project=project, credentials=credentials, client_options=client_options
-        )
+        try:
+            self.client = gcs.Client(
+                project=project, credentials=credentials, client_options=client_options
+            )
+        except DefaultCredentialsError as exc:
+            raise StorageError(
+                "no Google credentials for GCS: give the table a service account key "
+                "(service_account_file or service_account_info) or configure Application "
+                "Default Credentials"
+            ) from exc
         self.service_account_info = info
+        # Read without Google credentials (anonymously, or from an emulator's endpoint).
+        self.anonymous = isinstance(credentials, AnonymousCredentials)
+        self.read_ahead = self.options.read_ahead
         self._gcs_retry = DEFAULT_RETRY.with_timeout(120.0)
         self._retry = RetryPolicy(attempts=3)
 
@@ -175,47 +180,37 @@ class GcsStorage:
         try:
             first = next(pages, None)
         except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
-            raise _failure("listing", prefix, exc) from exc
+            raise self._failure("listing", prefix, exc) from exc
         return self._entries(first, pages, bucket, after, prefix)
 
-    @staticmethod
     def _entries(
-        page: Any, pages: Iterator[Any], bucket: str, after: str | None, prefix: str
+        self, page: Any, pages: Iterator[Any], bucket: str, after: str | None, prefix: str
     ) -> Iterator[FileInfo]:
         while page is not None:
             for blob in page:
                 if after is None or blob.name > after:
-                    yield FileInfo(f"{bucket}/{blob.name}", int(blob.size), _ms(blob.updated))
+                    yield FileInfo(f"{bucket}/{blob.name}", int(blob.size), epoch_ms(blob.updated))
             try:
                 page = next(pages, None)
             except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
-                raise _failure("listing", prefix, exc) from exc
+                raise self._failure("listing", prefix, exc) from exc
 
-    def read(self, key: str) -> bytes:
-        return self._download(key, None, None)
-
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
-        if length <= 0:
-            return b""
-        return self._download(key, offset, length)
-
-    def _download(
-        self, key: str, offset: int | None, length: int | None, generation: int | None = None
-    ) -> bytes:
-        blob = self._blob(key, generation)
+    def _download(self, key: str, offset: int | None, length: int | None, pin: Pin) -> bytes:
+        blob = self._blob(key, pin if isinstance(pin, int) else None)  # a generation
         end = None if offset is None or length is None else offset + length - 1
 
         def attempt() -> bytes:
-            return blob.download_as_bytes(start=offset, end=end, retry=self._gcs_retry)
+            data: bytes = blob.download_as_bytes(start=offset, end=end, retry=self._gcs_retry)
+            return data
 
         try:
             return with_retries(attempt, _is_transient, self._retry)
         except api_exceptions.RequestRangeNotSatisfiable:
             return b""  # offset at or past the end, as a local read would return
         except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
-            raise _failure("read", key, exc) from exc
+            raise self._failure("read", key, exc) from exc
 
-    def _stat(self, key: str) -> gcs.Blob:
+    def _stat(self, key: str) -> tuple[FileInfo, Pin]:
         bucket, name = split_key(key)
         if not name:
             raise FileNotFoundError(key)
@@ -226,26 +221,18 @@ class GcsStorage:
                 self._retry,
             )
         except (api_exceptions.GoogleAPIError, *_TRANSIENT) as exc:
-            raise _failure("stat", key, exc) from exc
+            raise self._failure("stat", key, exc) from exc
         if blob is None:
             raise FileNotFoundError(key)
-        return blob
+        return FileInfo(key, int(blob.size), epoch_ms(blob.updated)), blob.generation
 
-    def open_input_file(self, key: str) -> pa.NativeFile:
-        blob = self._stat(key)
-        generation = blob.generation
+    @staticmethod
+    def _is_missing(exc: Exception) -> bool:
+        return isinstance(exc, api_exceptions.NotFound)
 
-        def fetch(offset: int, length: int) -> bytes:
-            return self._download(key, offset, length, generation)
-
-        return open_ranged(fetch, int(blob.size), key, self.options.read_ahead)
-
-    def info(self, key: str) -> FileInfo:
-        blob = self._stat(key)
-        return FileInfo(key, int(blob.size), _ms(blob.updated))
-
-    def join(self, root: str, relative: str) -> str:
-        return f"{root.rstrip('/')}/{relative.lstrip('/')}"
+    @staticmethod
+    def _reason(exc: Exception) -> str:
+        return str(getattr(exc, "code", None) or type(exc).__name__)
 
     def __repr__(self) -> str:
         return f"GcsStorage({self.options!r})"
@@ -265,3 +252,6 @@ def open_uri(uri: str, options: Mapping[str, Any] | None = None) -> tuple[GcsSto
         if storage is None:
             storage = _CACHE[cache_key] = GcsStorage(parsed)
     return storage, root
+
+
+OPTIONS = GcsOptions

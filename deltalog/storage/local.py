@@ -14,6 +14,8 @@ import pyarrow as pa
 
 from deltalog.errors import StorageError
 from deltalog.storage.base import FileInfo
+from deltalog.storage.common import join_key
+from deltalog.storage.kinds import StorageKind
 
 
 def _mtime_ms(st: os.stat_result) -> int:
@@ -27,6 +29,8 @@ class LocalStorage:
     prefix's directory (object stores would also list nested keys, which the log reader
     ignores either way).
     """
+
+    kind = StorageKind.LOCAL
 
     def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
         if prefix.endswith("/"):
@@ -46,7 +50,9 @@ class LocalStorage:
         return self._infos(keyed, start_after)
 
     @staticmethod
-    def _infos(keyed: list[tuple[str, os.DirEntry[str]]], start_after: str | None):
+    def _infos(
+        keyed: list[tuple[str, os.DirEntry[str]]], start_after: str | None
+    ) -> Iterator[FileInfo]:
         for key, entry in keyed:
             if start_after is not None and key <= start_after:
                 continue
@@ -92,7 +98,7 @@ class LocalStorage:
         return FileInfo(key=key, size=st.st_size, modification_time=_mtime_ms(st))
 
     def join(self, root: str, relative: str) -> str:
-        return f"{root.rstrip('/')}/{relative.lstrip('/')}"
+        return join_key(root, relative)
 
     def __repr__(self) -> str:
         return "LocalStorage()"

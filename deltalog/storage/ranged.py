@@ -16,6 +16,7 @@ import io
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -88,7 +89,7 @@ class RangedFile(io.RawIOBase):
     def readall(self) -> bytes:
         return self.read(-1)
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any) -> int:  # any writable buffer (collections.abc.Buffer: 3.12)
         view = memoryview(buffer).cast("B")
         data = self.read(len(view))
         view[: len(data)] = data

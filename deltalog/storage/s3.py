@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 import boto3
 import botocore.session
-import pyarrow as pa
 from botocore.config import Config
 from botocore.credentials import (
     AssumeRoleCredentialFetcher,
@@ -29,10 +28,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from deltalog.errors import DeltaError, StorageError
 from deltalog.storage.base import FileInfo
-from deltalog.storage.ranged import DEFAULT_READ_AHEAD, open_ranged
+from deltalog.storage.common import ObjectStore, Pin, epoch_ms
+from deltalog.storage.kinds import StorageKind, scheme_kind
+from deltalog.storage.ranged import DEFAULT_READ_AHEAD
 from deltalog.storage.retry import RetryPolicy, with_retries
-
-SCHEMES = frozenset({"s3", "s3a", "s3n"})
 
 _NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "404", "NotFound"})
 _THROTTLED = frozenset(
@@ -156,7 +155,7 @@ def split_key(key: str) -> tuple[str, str]:
 def parse_uri(uri: str) -> str:
     """The root key (`bucket/path`, no trailing slash) of an `s3://`, `s3a://` or `s3n://` URI."""
     parts = urlsplit(uri)
-    if parts.scheme.lower() not in SCHEMES or not parts.netloc:
+    if scheme_kind(parts.scheme) is not StorageKind.S3 or not parts.netloc:
         raise DeltaError(f"not an S3 location: {uri}")
     path = parts.path.strip("/")
     return f"{parts.netloc}/{path}" if path else parts.netloc
@@ -174,21 +173,10 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", "Unknown"))
 
 
-def _failure(op: str, key: str, exc: Exception) -> Exception:
-    """FileNotFoundError for a missing object, StorageError (no secrets, basename only) else."""
-    if isinstance(exc, ClientError) and _code(exc) in _NOT_FOUND:
-        return FileNotFoundError(key)
-    reason = _code(exc) if isinstance(exc, ClientError) else type(exc).__name__
-    name = key.rsplit("/", 1)[-1] or key
-    return StorageError(f"S3 {op} of {name} failed: {reason}")
-
-
-def _ms(value: Any) -> int:
-    return int(value.timestamp() * 1000)
-
-
-class S3Storage:
+class S3Storage(ObjectStore):
     """The Storage protocol over S3, with one boto3 client shared by all threads."""
+
+    kind = StorageKind.S3
 
     def __init__(self, options: S3Options | Mapping[str, Any] | None = None):
         self.options = (
@@ -208,6 +196,7 @@ class S3Storage:
             endpoint_url=self.options.endpoint_url,
             config=config,
         )
+        self.read_ahead = self.options.read_ahead
         self._retry = RetryPolicy(attempts=3)
         self._regions: dict[str, str] = {}
         self._regions_lock = threading.Lock()
@@ -263,7 +252,7 @@ class S3Storage:
                 lambda: self.client.list_objects_v2(**request), _is_transient, self._retry
             )
         except (ClientError, BotoCoreError) as exc:
-            raise _failure("listing", prefix, exc) from exc
+            raise self._failure("listing", prefix, exc) from exc
 
     def _pages(
         self, page: dict[str, Any], request: dict[str, Any], prefix: str
@@ -271,74 +260,57 @@ class S3Storage:
         bucket = request["Bucket"]
         while True:
             for obj in page.get("Contents", ()):
-                yield FileInfo(f"{bucket}/{obj['Key']}", int(obj["Size"]), _ms(obj["LastModified"]))
+                key = f"{bucket}/{obj['Key']}"
+                yield FileInfo(key, int(obj["Size"]), epoch_ms(obj["LastModified"]))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return
             request = {**request, "ContinuationToken": token}
             page = self._list_page(request, prefix)
 
-    def read(self, key: str) -> bytes:
+    def _download(self, key: str, offset: int | None, length: int | None, pin: Pin) -> bytes:
         bucket, name = split_key(key)
-        return self._get(key, {"Bucket": bucket, "Key": name})
+        request: dict[str, Any] = {"Bucket": bucket, "Key": name}
+        if offset is not None and length is not None:
+            request["Range"] = f"bytes={offset}-{offset + length - 1}"
+        if pin:
+            request["IfMatch"] = pin  # every range from the same object version
 
-    def read_range(self, key: str, offset: int, length: int) -> bytes:
-        if length <= 0:
-            return b""
-        bucket, name = split_key(key)
-        request = {"Bucket": bucket, "Key": name, "Range": f"bytes={offset}-{offset + length - 1}"}
-        return self._get(key, request)
-
-    def _get(self, key: str, request: dict[str, Any]) -> bytes:
         def attempt() -> bytes:
             response = self.client.get_object(**request)
             with response["Body"] as body:
-                return body.read()
+                data: bytes = body.read()
+                return data
 
         try:
             return with_retries(attempt, _is_transient, self._retry)
         except ClientError as exc:
             if _code(exc) == "InvalidRange":
                 return b""  # offset at or past the end, as a local read would return
-            raise _failure("read", key, exc) from exc
+            raise self._failure("read", key, exc) from exc
         except BotoCoreError as exc:
-            raise _failure("read", key, exc) from exc
+            raise self._failure("read", key, exc) from exc
 
-    def open_input_file(self, key: str) -> pa.NativeFile:
-        bucket, name = split_key(key)
-        head = self._head(key)
-        size = int(head["ContentLength"])
-        etag = head.get("ETag")
-
-        def fetch(offset: int, length: int) -> bytes:
-            request = {
-                "Bucket": bucket,
-                "Key": name,
-                "Range": f"bytes={offset}-{offset + length - 1}",
-            }
-            if etag:
-                request["IfMatch"] = etag  # every range from the same object version
-            return self._get(key, request)
-
-        return open_ranged(fetch, size, key, self.options.read_ahead)
-
-    def info(self, key: str) -> FileInfo:
-        head = self._head(key)
-        return FileInfo(key, int(head["ContentLength"]), _ms(head["LastModified"]))
-
-    def _head(self, key: str) -> dict[str, Any]:
+    def _stat(self, key: str) -> tuple[FileInfo, Pin]:
         bucket, name = split_key(key)
         if not name:
             raise FileNotFoundError(key)
         try:
-            return with_retries(
+            head = with_retries(
                 lambda: self.client.head_object(Bucket=bucket, Key=name), _is_transient, self._retry
             )
         except (ClientError, BotoCoreError) as exc:
-            raise _failure("stat", key, exc) from exc
+            raise self._failure("stat", key, exc) from exc
+        info = FileInfo(key, int(head["ContentLength"]), epoch_ms(head["LastModified"]))
+        return info, head.get("ETag")
 
-    def join(self, root: str, relative: str) -> str:
-        return f"{root.rstrip('/')}/{relative.lstrip('/')}"
+    @staticmethod
+    def _is_missing(exc: Exception) -> bool:
+        return isinstance(exc, ClientError) and _code(exc) in _NOT_FOUND
+
+    @staticmethod
+    def _reason(exc: Exception) -> str:
+        return _code(exc) if isinstance(exc, ClientError) else type(exc).__name__
 
     def __repr__(self) -> str:
         return f"S3Storage({self.options!r})"
@@ -358,3 +330,6 @@ def open_uri(uri: str, options: Mapping[str, Any] | None = None) -> tuple[S3Stor
         if storage is None:
             storage = _CACHE[cache_key] = S3Storage(parsed)
     return storage, root
+
+
+OPTIONS = S3Options

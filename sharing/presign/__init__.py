@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from deltalog import Snapshot
 from deltalog.storage.base import Storage
-from deltalog.storage.local import LocalStorage
+from deltalog.storage.kinds import StorageKind
 from sharing.errors import UnsupportedOperation
 from sharing.presign.base import SignedUrls, Signer
 from sharing.presign.cloud import cloud_signer
@@ -30,7 +30,7 @@ def signer_for(
     cloud = cloud_signer(storage, table_root=table_root, ttl_seconds=ttl_seconds)
     if cloud is not None:
         return cloud
-    if isinstance(storage, LocalStorage):
+    if storage.kind is StorageKind.LOCAL:
         return LocalSigner(
             secret=secret,
             base_url=base_url,

@@ -1,38 +1,37 @@
 """The URL signer for a table whose storage is a cloud object store.
 
-The SDK-backed modules are imported only when a table on that cloud is signed for: a
-storage object of a cloud backend exists only once its module was imported, so looking in
-`sys.modules` first keeps a server that shares local tables alone free of boto3, azure and
-google-cloud imports.
+Dispatched on the storage's kind: a storage object of a cloud backend exists only once its
+(SDK-backed) module was imported, so the signer modules, which import their SDKs too, are
+imported only for a table on that cloud, and a server that shares local tables alone stays
+free of boto3, azure and google-cloud imports.
 """
 
 from __future__ import annotations
 
-import sys
-
 from deltalog.storage.base import Storage
+from deltalog.storage.kinds import StorageKind, as_backend
 from sharing.presign.base import Signer
-
-
-def is_storage(storage: Storage, module: str, cls: str) -> bool:
-    """Whether `storage` is a `module.cls`, without importing the (SDK-backed) module."""
-    loaded = sys.modules.get(module)
-    return loaded is not None and isinstance(storage, getattr(loaded, cls))
 
 
 def cloud_signer(storage: Storage, *, table_root: str, ttl_seconds: int) -> Signer | None:
     """A signer for `storage` (S3, Azure or GCS) bound to one table, or None for any other
     storage (the caller then uses the local signer)."""
-    if is_storage(storage, "deltalog.storage.s3", "S3Storage"):
+    if storage.kind is StorageKind.S3:
+        from deltalog.storage.s3 import S3Storage
         from sharing.presign.s3 import S3Signer
 
-        return S3Signer.for_storage(storage, table_root=table_root, ttl_seconds=ttl_seconds)  # type: ignore[arg-type]
-    if is_storage(storage, "deltalog.storage.azure", "AzureStorage"):
+        s3 = as_backend(storage, S3Storage)
+        return S3Signer.for_storage(s3, table_root=table_root, ttl_seconds=ttl_seconds)
+    if storage.kind is StorageKind.AZURE:
+        from deltalog.storage.azure import AzureStorage
         from sharing.presign.azure import AzureSigner
 
-        return AzureSigner.for_storage(storage, table_root=table_root, ttl_seconds=ttl_seconds)  # type: ignore[arg-type]
-    if is_storage(storage, "deltalog.storage.gcs", "GcsStorage"):
+        azure = as_backend(storage, AzureStorage)
+        return AzureSigner.for_storage(azure, table_root=table_root, ttl_seconds=ttl_seconds)
+    if storage.kind is StorageKind.GCS:
+        from deltalog.storage.gcs import GcsStorage
         from sharing.presign.gcs import GcsSigner
 
-        return GcsSigner.for_storage(storage, table_root=table_root, ttl_seconds=ttl_seconds)  # type: ignore[arg-type]
+        gcs = as_backend(storage, GcsStorage)
+        return GcsSigner.for_storage(gcs, table_root=table_root, ttl_seconds=ttl_seconds)
     return None

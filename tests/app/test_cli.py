@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,6 +157,26 @@ def serving(*args: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
             process.wait()
 
 
+def _read_until(process: subprocess.Popen[str], marker: str, timeout: float = 30) -> str:
+    """The server's stderr up to the first line holding `marker` (the server keeps running).
+    Reads the pipe's descriptor directly: select() cannot see data a text wrapper buffered."""
+    assert process.stderr is not None
+    fd = process.stderr.fileno()
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and marker.encode() not in seen:
+        ready, _, _ = select.select([fd], [], [], 0.5)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            seen += chunk
+    text = seen.decode()
+    if marker not in text:
+        pytest.fail(f"no {marker!r} in the server's log:\n{text}")
+    return text
+
+
 def announced_url(lines: list[str]) -> str:
     first = next(line for line in lines if line.startswith("Lakeshare is serving"))
     return first.rsplit(" ", 1)[1]
@@ -169,7 +191,7 @@ def write_config(tmp_path: Path, **extra: object) -> Path:
                 "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(tmp_path)}]}],
             }
         ],
-        "authorization": {"bearerToken": "cli-test-token"},
+        "authorization": {"bearerToken": "cli-test-token-16"},
         "signingSecret": "cli-test-signing-secret",
         "host": "127.0.0.1",
         "port": 0,
@@ -183,14 +205,21 @@ def write_config(tmp_path: Path, **extra: object) -> Path:
 @pytest.mark.slow
 def test_serve_with_a_config_answers_shares(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    with serving("--config", str(config)) as (_, lines):
+    with serving("--config", str(config)) as (process, lines):
         url = announced_url(lines)
         assert url.startswith("http://127.0.0.1:")
         assert url.endswith("/delta-sharing/")
-        response = httpx.get(url + "shares", headers={"Authorization": "Bearer cli-test-token"})
+        response = httpx.get(url + "shares", headers={"Authorization": "Bearer cli-test-token-16"})
         assert response.status_code == 200
         assert response.json() == {"items": [{"name": "s"}]}
         assert httpx.get(url + "shares").status_code == 401
+        stderr = _read_until(process, "table check:")
+    # The start-up table check logged its verdict: the configured folder is no Delta table.
+    checks = [json.loads(line) for line in stderr.splitlines() if '"sharing.table_check"' in line]
+    assert [c["msg"] for c in checks] == [
+        "table s.d.t is unusable: TableNotFoundError: no Delta table: _delta_log not found",
+        "table check: 1 table(s), 1 unusable",
+    ]
 
 
 @pytest.mark.slow
@@ -200,7 +229,7 @@ def test_serve_port_and_host_flags_override_the_config(tmp_path: Path) -> None:
         url = announced_url(lines)
         assert url.startswith("http://127.0.0.1:")
         assert not url.startswith("http://127.0.0.1:1/")
-        headers = {"Authorization": "Bearer cli-test-token"}
+        headers = {"Authorization": "Bearer cli-test-token-16"}
         assert httpx.get(url + "shares/s/schemas", headers=headers).status_code == 200
 
 
@@ -254,7 +283,7 @@ def test_serve_https_with_a_self_signed_certificate(tmp_path: Path) -> None:
         url = announced_url(lines)
         assert url.startswith("https://127.0.0.1:")
         response = httpx.get(
-            url + "shares", headers={"Authorization": "Bearer cli-test-token"}, verify=False
+            url + "shares", headers={"Authorization": "Bearer cli-test-token-16"}, verify=False
         )
         assert response.status_code == 200
         assert response.json() == {"items": [{"name": "s"}]}

@@ -252,7 +252,7 @@ def test_retry_policy_and_classification() -> None:
     with pytest.raises(ClientError):
         with_retries(always_denied, s3_module._is_transient, RetryPolicy(), sleep=lambda _: None)
     assert len(attempts) == 1
-    error = s3_module._failure("read", "b/secret/path/file.json", denied)
+    error = S3Storage._failure("read", "b/secret/path/file.json", denied)
     assert isinstance(error, StorageError) and "secret/path" not in str(error)
     assert RetryPolicy(base_delay=1, max_delay=2).delay(10) <= 2
 

@@ -1,206 +1,63 @@
-"""`POST …/temporary-table-credentials`: location checks, the scoped policies, and the vended
-credentials at work — S3 through moto's STS, Azure SAS against Azurite (list and read work,
-writing is refused). GCS: no emulator implements Google's STS token exchange, so a local
-stand-in records the exchange request and the access boundary is checked in it; whether
-Google honours that boundary cannot be tested here.
+"""`POST …/temporary-table-credentials` through the server, against the emulators: S3
+through moto's STS, Azure SAS against Azurite (which checks SAS signatures and scopes),
+GCS against fake-gcs-server for the table and a local stand-in for Google's STS token
+exchange (no emulator implements it: the stand-in records the request and the access
+boundary is checked in it; whether Google honours that boundary cannot be tested here).
+
+Every way vending can fail is a 400 JSON error for the recipient and an ERROR log line for
+the provider, never a 500 (issue 11, item 7); no vended credential reaches another table.
+The location checks and the scoping documents themselves are unit-tested in
+tests/sharing/credentials/.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import parse_qs, parse_qsl, unquote
+from urllib.parse import parse_qs, unquote
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from sharing.errors import InvalidParameter, UnsupportedOperation
-from sharing.presign.azure import DelegationKey
-from sharing.temp_credentials import OUTSIDE_TABLE, check_location, parse_location
-from sharing.vend import gcs as vend_gcs
-from sharing.vend.azure import sas_token
-from sharing.vend.s3 import session_policy
-from tests.support.emulators import AZURITE_ACCOUNT, AZURITE_KEY, azurite_connection_string
+from deltalog.storage import resolve
+from sharing.credentials import OUTSIDE_TABLE, VendingSupport, vending_support
+from sharing.credentials import gcs as vend_gcs
+from sharing.credentials.azure import FLAT_NAMESPACE
+from tests.support.emulators import (
+    AZURITE_ACCOUNT,
+    AZURITE_KEY,
+    azurite_connection_string,
+    gcs_service_account_info,
+)
 from tests.support.server import TEST_BEARER_TOKEN, make_config
+from tests.support.storage_contract import CORPUS_TABLES, table_files
 
 HEADERS = {"Authorization": f"Bearer {TEST_BEARER_TOKEN}"}
-ROOT = "s3a://bucket/warehouse/table1"
 NOT_HISTORY = (
     "Temporary table credentials are not supported because history sharing is not enabled "
     "on table: share.schema.plain"
 )
+UNAVAILABLE = "Temporary table credentials are not available for table share.schema."
+VENDING_LOGGER = "sharing.credentials.vending"
 
 
-# -- location checks --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "requested",
-    [
-        None,
-        "",
-        ROOT,
-        ROOT + "/",
-        "s3://bucket/warehouse/table1",
-        "s3n://bucket/warehouse/table1/",
-        "S3A://bucket/warehouse/table1/part=1",
-        ROOT + "/_delta_log/00000000000000000000.json",
-    ],
-)
-def test_locations_at_or_under_the_root_are_accepted(requested: str | None) -> None:
-    location, parsed = check_location(ROOT, requested)
-    assert parsed.bucket == "bucket"
-    assert parsed.prefix.startswith("warehouse/table1")
-    assert location == (requested.strip() if requested else ROOT)
-
-
-@pytest.mark.parametrize(
-    "requested",
-    [
-        "s3a://bucket/warehouse/table1x",
-        "s3a://bucket/warehouse/table1x/part=1",
-        "s3a://bucket/warehouse/table",
-        "s3a://bucket/warehouse",
-        "s3a://bucket",
-        "s3a://bucket2/warehouse/table1",
-        "s3a://bucket/warehouse/table1/../table2",
-        "s3a://bucket/warehouse/table1/./x",
-        "s3a://bucket/warehouse/table1//x",
-        "s3a://bucket/warehouse/table1/%2e%2e/table2",
-        "gs://bucket/warehouse/table1",
-        "/warehouse/table1",
-        "file:///warehouse/table1",
-        "s3a://bucket/warehouse/table1?x=1",
-        "not a uri",
-    ],
-)
-def test_locations_outside_the_root_are_refused(requested: str) -> None:
-    with pytest.raises(InvalidParameter) as info:
-        check_location(ROOT, requested)
-    assert info.value.message == OUTSIDE_TABLE
-
-
-def test_azure_and_gcs_aliases() -> None:
-    abfss = "abfss://lake@acct.dfs.core.windows.net/t/table1"
-    for same in (
-        "wasbs://lake@acct.blob.core.windows.net/t/table1/",
-        "abfs://lake@ACCT.dfs.core.windows.net/t/table1/x",
-        "wasb://lake@acct.blob.core.windows.net/t/table1",
-    ):
-        check_location(abfss, same)
-    for other in (
-        "abfss://other@acct.dfs.core.windows.net/t/table1",
-        "abfss://lake@acct2.dfs.core.windows.net/t/table1",
-        "abfss://lake@acct.dfs.core.chinacloudapi.cn/t/table1",
-        "abfss://lake@acct.dfs.core.windows.net/t/table10",
-    ):
-        with pytest.raises(InvalidParameter):
-            check_location(abfss, other)
-    check_location("gs://b/t", "gcs://b/t/x")
-    with pytest.raises(InvalidParameter):
-        check_location("gs://b/t", "gs://b/t2")
-    assert parse_location("s3://b/a%20b/c").segments == ("a b", "c")
-
-
-def test_local_tables_have_no_temporary_credentials() -> None:
-    with pytest.raises(UnsupportedOperation):
-        check_location("/srv/tables/t", None)
-
-
-# -- the scoping documents --------------------------------------------------------------------
-
-
-def test_s3_session_policy() -> None:
-    policy = json.loads(session_policy("bucket", "warehouse/table1", "eu-west-1"))
-    get, listing = policy["Statement"]
-    assert get == {
-        "Effect": "Allow",
-        "Action": ["s3:GetObject"],
-        "Resource": ["arn:aws:s3:::bucket/warehouse/table1/*"],
-    }
-    assert listing == {
-        "Effect": "Allow",
-        "Action": ["s3:ListBucket"],
-        "Resource": ["arn:aws:s3:::bucket"],
-        "Condition": {"StringLike": {"s3:prefix": ["warehouse/table1", "warehouse/table1/*"]}},
-    }
-    china = json.loads(session_policy("b", "t", "cn-north-1", with_list=False))
-    assert china["Statement"] == [
-        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": ["arn:aws-cn:s3:::b/t/*"]}
-    ]
-
-
-def test_gcs_access_boundary() -> None:
-    boundary = vend_gcs.access_boundary("lake", "tables/it's")
-    (rule,) = boundary["accessBoundary"]["accessBoundaryRules"]
-    assert rule["availablePermissions"] == ["inRole:roles/storage.objectViewer"]
-    assert rule["availableResource"] == "//storage.googleapis.com/projects/_/buckets/lake"
-    assert rule["availabilityCondition"]["expression"] == (
-        "resource.name.startsWith('projects/_/buckets/lake/objects/tables/it\\'s/') || "
-        "api.getAttribute('storage.googleapis.com/objectListPrefix', '')"
-        ".startsWith('tables/it\\'s/')"
-    )
-    whole = vend_gcs.access_boundary("lake", "")["accessBoundary"]["accessBoundaryRules"][0]
-    assert "availabilityCondition" not in whole
-
-
-def _sdk_container_sas(**kwargs: Any) -> dict[str, str]:
-    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
-
-    token = generate_container_sas(
-        AZURITE_ACCOUNT,
-        "lake",
-        permission=ContainerSasPermissions(read=True, list=True),
-        expiry=dt.datetime.fromtimestamp(1_900_000_000, dt.UTC),
-        protocol="https",
-        **kwargs,
-    )
-    return dict(parse_qsl(token))
-
-
-def test_container_sas_is_the_sdks() -> None:
-    ours = dict(parse_qsl(sas_token(AZURITE_ACCOUNT, "lake", AZURITE_KEY, expiry=1_900_000_000)))
-    assert ours == _sdk_container_sas(account_key=AZURITE_KEY)
-
-
-def test_user_delegation_container_sas_is_the_sdks() -> None:
-    from azure.storage.blob import UserDelegationKey
-
-    sdk_key = UserDelegationKey()
-    sdk_key.signed_oid, sdk_key.signed_tid = "oid-1", "tid-1"
-    sdk_key.signed_start, sdk_key.signed_expiry = "2030-01-01T00:00:00Z", "2030-03-01T00:00:00Z"
-    sdk_key.signed_service, sdk_key.signed_version = "b", "2026-10-06"
-    sdk_key.value = base64.b64encode(b"k" * 32).decode()
-    key = DelegationKey.from_sdk(sdk_key)
-    ours = dict(parse_qsl(sas_token(AZURITE_ACCOUNT, "lake", key, expiry=1_900_000_000)))
-    assert ours == _sdk_container_sas(user_delegation_key=sdk_key)
-
-
-def test_directory_sas_shape() -> None:
-    token = dict(
-        parse_qsl(sas_token("acct", "lake", AZURITE_KEY, expiry=1_900_000_000, directory="a/b/c"))
-    )
-    assert token["sr"] == "d" and token["sdd"] == "3" and token["sp"] == "rl"
-
-
-# -- through the server -----------------------------------------------------------------------
-
-
-def _client(tables: list[dict[str, Any]], **overrides: Any) -> TestClient:
+def _app(tables: list[dict[str, Any]], **overrides: Any) -> Any:
     document = {
         "shares": [{"name": "share", "schemas": [{"name": "schema", "tables": tables}]}],
         **overrides,
     }
-    return TestClient(create_app(make_config(document)))
+    return create_app(make_config(document))
+
+
+def _client(tables: list[dict[str, Any]], **overrides: Any) -> TestClient:
+    return TestClient(_app(tables, **overrides))
 
 
 def _post(client: TestClient, table: str, body: Any = None) -> Any:
@@ -209,6 +66,28 @@ def _post(client: TestClient, table: str, body: Any = None) -> Any:
         headers=HEADERS,
         content=b"" if body is None else json.dumps(body).encode(),
     )
+
+
+def _support(tables: list[dict[str, Any]], name: str) -> VendingSupport:
+    """What `lakeshare check` will report for one configured table."""
+    shared = _app(tables).state.catalog.get_table("share", "schema", name)
+    storage, _ = resolve(shared.config.location, shared.config.storage_options())
+    return vending_support(shared, storage)
+
+
+def _assert_refused(response: Any, caplog: pytest.LogCaptureFixture, *log_words: str) -> str:
+    """A 400 protocol error naming the table, and an ERROR line for the provider."""
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"errorCode", "message"}
+    assert body["errorCode"] == "UNSUPPORTED_OPERATION"
+    assert body["message"].startswith(UNAVAILABLE)
+    errors = [r for r in caplog.records if r.name == VENDING_LOGGER and r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    for word in log_words:
+        assert word in errors[0].getMessage()
+    return str(body["message"])
 
 
 def _s3_storage(endpoint: str, **extra: Any) -> dict[str, Any]:
@@ -220,6 +99,9 @@ def _s3_storage(endpoint: str, **extra: Any) -> dict[str, Any]:
         "secretAccessKey": "testing",
         **extra,
     }
+
+
+# -- before any cloud is asked ----------------------------------------------------------------
 
 
 def test_errors_before_any_cloud_is_asked() -> None:
@@ -242,6 +124,11 @@ def test_errors_before_any_cloud_is_asked() -> None:
         "/delta-sharing/shares/share/schemas/schema/tables/hist/temporary-table-credentials"
     )
     assert unauthenticated.status_code == 401
+    assert not _support(tables, "plain").possible
+    assert not _support(tables, "local").possible
+
+
+# -- S3 ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -277,6 +164,7 @@ def test_s3_credentials_from_sts(moto_s3: str, role: bool) -> None:
     )
     s3.create_bucket(Bucket="vend-bucket")
     s3.list_objects_v2(Bucket="vend-bucket", Prefix="warehouse/t/")
+    assert _support([table], "t") == VendingSupport(True)
 
 
 @pytest.mark.slow
@@ -284,7 +172,7 @@ def test_s3_request_carries_the_session_policy(
     moto_s3: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from sharing.vend import s3 as vend_s3
+    from sharing.credentials import s3 as vend_s3
 
     seen: list[dict[str, Any]] = []
     original = vend_s3._request
@@ -307,63 +195,141 @@ def test_s3_request_carries_the_session_policy(
     assert resources == [["arn:aws:s3:::vend-bucket/warehouse/t/*"], ["arn:aws:s3:::vend-bucket"]]
 
 
-@pytest.mark.slow
-def test_azure_sas_lists_and_reads_but_cannot_write(azurite: str) -> None:
-    from azure.core.exceptions import HttpResponseError
-    from azure.storage.blob import BlobServiceClient, ContainerClient
-
-    service = BlobServiceClient.from_connection_string(azurite_connection_string(azurite))
-    container = service.get_container_client("vend")
-    if not container.exists():
-        container.create_container()
-    container.upload_blob("warehouse/t/_delta_log/0.json", b"{}", overwrite=True)
+def test_s3_temporary_server_credentials_without_a_role_are_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """GetFederationToken refuses session credentials: said up front, STS is not asked
+    (the endpoint is a closed port, so asking it would fail differently)."""
     table = {
         "name": "t",
-        "location": f"abfss://vend@{AZURITE_ACCOUNT}.dfs.core.windows.net/warehouse/t",
+        "location": "s3a://vend-bucket/warehouse/t",
+        "historyShared": True,
+        "storage": _s3_storage("http://127.0.0.1:9", sessionToken="a-session-token"),
+    }
+    message = _assert_refused(_post(_client([table]), "t"), caplog, "roleArn")
+    assert "federation" in message
+    support = _support([table], "t")
+    assert not support.possible and "roleArn" in support.detail
+
+
+# -- Azure ------------------------------------------------------------------------------------
+
+
+def _azure_table(name: str, container: str, path: str, azurite: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "location": f"abfss://{container}@{AZURITE_ACCOUNT}.dfs.core.windows.net/{path}",
         "historyShared": True,
         "storage": {"endpoint": azurite, "accountKey": AZURITE_KEY},
     }
-    response = _post(_client([table]), "t")
+
+
+@pytest.fixture(scope="module")
+def azure_tables(azurite: str, corpus: Path) -> dict[str, Any]:
+    """The same corpus table three times on the flat-namespace Azurite account: at the root
+    of container `vend-own` (the table is the whole container), and under `tables/simple`
+    and `tables/other` of container `vend-shared`."""
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(azurite_connection_string(azurite))
+    local_root = corpus / CORPUS_TABLES["simple"]
+    for container, prefixes in (("vend-own", [""]), ("vend-shared", ["tables/simple/", "x/"])):
+        client = service.get_container_client(container)
+        if not client.exists():
+            client.create_container()
+        for prefix in prefixes:
+            for relative, path in table_files(local_root):
+                client.upload_blob(f"{prefix}{relative}", path.read_bytes(), overwrite=True)
+    return {
+        "own": _azure_table("own", "vend-own", "", azurite),
+        "shared": _azure_table("shared", "vend-shared", "tables/simple", azurite),
+    }
+
+
+@pytest.mark.slow
+def test_azure_flat_namespace_table_in_a_directory_is_refused(
+    azure_tables: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Azurite, like a flat-namespace account, has no directories: the only SAS it can give
+    is the whole container's, which reaches `x/` beside the table. Refused, and why."""
+    client = _client(list(azure_tables.values()))
+    metadata = client.get(
+        "/delta-sharing/shares/share/schemas/schema/tables/shared/metadata", headers=HEADERS
+    )
+    assert metadata.status_code == 200  # the table itself is served
+    message = _assert_refused(_post(client, "shared"), caplog, "hierarchical namespace")
+    assert message.endswith(f"{FLAT_NAMESPACE}.")
+    support = _support(list(azure_tables.values()), "shared")
+    assert not support.possible and FLAT_NAMESPACE in support.reason
+    assert "container of its own" in support.detail
+
+
+@pytest.mark.slow
+def test_azure_sas_of_a_container_table_reads_that_table_only(
+    azurite: str, azure_tables: dict[str, Any]
+) -> None:
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import ContainerClient
+
+    client = _client(list(azure_tables.values()))
+    response = _post(client, "own", {"location": azure_tables["own"]["location"] + "_delta_log"})
     assert response.status_code == 200, response.text
     credentials = response.json()["credentials"]
     sas = credentials["azureUserDelegationSas"]["sasToken"]
-    assert parse_qs(sas)["sp"] == ["rl"]
+    query = parse_qs(sas)
+    assert query["sp"] == ["rl"] and query["sr"] == ["c"]
     assert abs(credentials["expirationTime"] / 1000 - (time.time() + 3600)) < 10
-    vended = ContainerClient(f"{azurite}", "vend", credential=sas)
-    names = [b.name for b in vended.list_blobs(name_starts_with="warehouse/t/")]
-    assert names == ["warehouse/t/_delta_log/0.json"]
-    assert vended.download_blob("warehouse/t/_delta_log/0.json").readall() == b"{}"
+    assert _support(list(azure_tables.values()), "own") == VendingSupport(True)
+
+    vended = ContainerClient(azurite, "vend-own", credential=sas)
+    names = [b.name for b in vended.list_blobs(name_starts_with="_delta_log/")]
+    assert "_delta_log/00000000000000000000.json" in names
+    assert vended.download_blob("_delta_log/00000000000000000000.json").readall()
     with pytest.raises(HttpResponseError) as info:
-        vended.upload_blob("warehouse/t/_delta_log/1.json", b"{}")
+        vended.upload_blob("_delta_log/99999999999999999999.json", b"{}")
     assert info.value.status_code == 403
+    # another table's files, in another container: neither readable nor listable
+    other = ContainerClient(azurite, "vend-shared", credential=sas)
+    for attempt in (
+        lambda: other.download_blob("tables/simple/_delta_log/00000000000000000000.json"),
+        lambda: list(other.list_blobs(name_starts_with="tables/")),
+    ):
+        with pytest.raises(HttpResponseError) as info:
+            attempt()
+        assert info.value.status_code == 403
     tampered = sas.replace("sp=rl", "sp=rwl")
     with pytest.raises(HttpResponseError) as info:
-        ContainerClient(azurite, "vend", credential=tampered).upload_blob("x", b"{}")
+        ContainerClient(azurite, "vend-own", credential=tampered).upload_blob("x", b"{}")
     assert info.value.status_code == 403
 
 
-# -- GCS: the token exchange against a stand-in for Google's STS ------------------------------
+# -- GCS --------------------------------------------------------------------------------------
 
 
 class _GoogleStandIn(BaseHTTPRequestHandler):
-    """`/token`: the OAuth endpoint of the service account; `/v1/token`: STS."""
+    """`/token`: the OAuth endpoint of the service account; `/v1/token`: STS (refusing every
+    exchange while `refuse` is set, as STS does for a caller without permission)."""
 
     exchanges: ClassVar[list[dict[str, list[str]]]] = []
+    refuse: ClassVar[bool] = False
 
     def do_POST(self) -> None:
         form = parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
+        status = 200
         if self.path == "/v1/token":
             type(self).exchanges.append(form)
-            body = {
+            body: dict[str, Any] = {
                 "access_token": "downscoped-token",
                 "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
                 "token_type": "Bearer",
                 "expires_in": 3599,
             }
+            if type(self).refuse:
+                status, body = 403, {"error": "access_denied", "error_description": "denied"}
         else:
             body = {"access_token": "source-token", "expires_in": 3600, "token_type": "Bearer"}
         data = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -380,6 +346,7 @@ def google_stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setattr(vend_gcs, "STS_TOKEN_URL", f"{base}/v1/token")
+    monkeypatch.setattr(_GoogleStandIn, "refuse", False)
     _GoogleStandIn.exchanges.clear()
     try:
         yield base
@@ -388,26 +355,17 @@ def google_stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         server.server_close()
 
 
-def test_gcs_downscoped_token(google_stand_in: str) -> None:
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    info = {
-        "type": "service_account",
-        "project_id": "p",
-        "private_key_id": "k",
-        "private_key": pem,
-        "client_email": "reader@p.iam.gserviceaccount.com",
-        "client_id": "1",
-        "token_uri": f"{google_stand_in}/token",
-    }
-    table = {
+def _gcs_key_table(token_uri: str) -> dict[str, Any]:
+    return {
         "name": "t",
         "location": "gs://lake/warehouse/t",
         "historyShared": True,
-        "storage": {"serviceAccountInfo": info},
+        "storage": {"serviceAccountInfo": gcs_service_account_info(token_uri)},
     }
+
+
+def test_gcs_downscoped_token(google_stand_in: str) -> None:
+    table = _gcs_key_table(f"{google_stand_in}/token")
     response = _post(_client([table]), "t", {"location": "gs://lake/warehouse/t/"})
     assert response.status_code == 200, response.text
     credentials = response.json()["credentials"]
@@ -419,3 +377,54 @@ def test_gcs_downscoped_token(google_stand_in: str) -> None:
     # google-auth's STS client percent-encodes the options once more inside the form
     options = json.loads(unquote(form["options"][0]))
     assert options == vend_gcs.access_boundary("lake", "warehouse/t")
+
+
+def test_gcs_token_exchange_refused_is_a_400(
+    google_stand_in: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _GoogleStandIn.refuse = True
+    table = _gcs_key_table(f"{google_stand_in}/token")
+    message = _assert_refused(_post(_client([table]), "t"), caplog, "token exchange", "OAuthError")
+    assert "downscoped-token" not in caplog.text and "source-token" not in caplog.text
+    assert message.endswith("Google's token service did not issue them.")
+    assert len(_GoogleStandIn.exchanges) == 1
+
+
+@pytest.mark.slow
+def test_gcs_table_with_an_hmac_key_is_refused_not_a_500(
+    fake_gcs: str, corpus: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 11 item 7: a GCS table read through an emulator endpoint with an HMAC key (no
+    Google identity) answered 500 from google.auth.default(); now a 400 saying why."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs
+
+    client = gcs.Client(
+        project="lakeshare-test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": fake_gcs},
+    )
+    bucket = client.bucket("vend-hmac")
+    if not bucket.exists():
+        bucket = client.create_bucket("vend-hmac")
+    for relative, path in table_files(corpus / CORPUS_TABLES["simple"]):
+        bucket.blob(f"tables/simple/{relative}").upload_from_filename(str(path))
+    table = {
+        "name": "t",
+        "location": "gs://vend-hmac/tables/simple",
+        "historyShared": True,
+        "storage": {
+            "endpoint": fake_gcs,
+            "hmacAccessId": "GOOG1EXAMPLEACCESSID",
+            "hmacSecret": "bGFrZXNoYXJlLXRlc3QtaG1hYy1zZWNyZXQ=",
+        },
+    }
+    server = _client([table])
+    metadata = server.get(
+        "/delta-sharing/shares/share/schemas/schema/tables/t/metadata", headers=HEADERS
+    )
+    assert metadata.status_code == 200  # the table itself is served
+    _assert_refused(_post(server, "t"), caplog, "HMAC", "serviceAccountFile")
+    assert "bGFrZXNoYXJl" not in caplog.text  # the secret never reaches the log
+    support = _support([table], "t")
+    assert not support.possible and "Google identity" in support.reason

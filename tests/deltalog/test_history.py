@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from deltalog import history
 from deltalog.errors import CorruptLogError, TimestampOutOfRangeError, VersionNotFoundError
 from deltalog.history import (
     commit_timestamp,
@@ -183,8 +182,21 @@ def test_a_replaced_log_is_reread(timed: DeltaTable, tmp_path: Path) -> None:
     assert commit_timestamp(timed, 0) == 100_000
 
 
+def test_each_table_keeps_its_own_timeline(timed: DeltaTable, tmp_path: Path) -> None:
+    """The timeline lives on the table (and goes with it), not in a process-wide cache
+    keyed by the storage's repr, which two tables with different credentials may share."""
+    from deltalog.history import timeline
+
+    assert timeline(timed) is timed.commit_timeline and timed.commit_timeline.built
+    other = DeltaTable(str(tmp_path))
+    assert other.commit_timeline is not timed.commit_timeline
+    assert not other.commit_timeline.built
+    assert commit_timestamp(other, 2) == commit_timestamp(timed, 2) == 30_000
+    assert timeline(other, through=3) is other.commit_timeline
+
+
 def test_timestamps_come_from_one_listing(timed: DeltaTable, monkeypatch) -> None:
-    history.clear_cache()
+    assert not timed.commit_timeline.built  # the table's own timeline, not built yet
     storage = timed.storage
     calls = {"info": 0, "list": 0}
     original_list, original_info = storage.list_from, storage.info

@@ -189,7 +189,7 @@ def test_healthz_needs_no_token_and_touches_no_table(tmp_path) -> None:
     config = parse_config(
         {
             "version": 1,
-            "authorization": {"bearerToken": "secret-token"},
+            "authorization": {"bearerToken": "secret-token-0123456789"},
             "shares": [
                 {
                     "name": "s",

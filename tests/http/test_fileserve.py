@@ -12,8 +12,13 @@ import pytest
 
 from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound
-from sharing.fileserve import FileServer, RangeNotSatisfiable, parse_range, resolve_inside
 from sharing.presign.local import LocalSigner, TableRef
+from sharing.presign.local_verify import (
+    FileServer,
+    RangeNotSatisfiable,
+    parse_range,
+    resolve_inside,
+)
 from tests.support.corpus import CORPUS
 from tests.support.server import RunningServer, make_config, run_server
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sharing.config import (
+    NO_AUTHORIZATION_WARNING,
     SIGNING_SECRET_ENV,
     AuthorizationConfig,
     ConfigError,
@@ -189,7 +190,7 @@ def test_reference_template_loads_to_the_expected_objects(tmp_path: Path) -> Non
 def test_authorization_and_ssl_blocks_are_parsed() -> None:
     config = parse(
         minimal(
-            authorization={"bearerToken": "dapi123"},
+            authorization={"bearerToken": "dapi0123456789abcdef"},
             ssl={
                 "selfSigned": False,
                 "certificateFile": "/c.pem",
@@ -198,8 +199,13 @@ def test_authorization_and_ssl_blocks_are_parsed() -> None:
             },
         )
     )
-    assert config.authorization == AuthorizationConfig(bearer_token="dapi123")
-    assert config.ssl == SslConfig(False, "/c.pem", "/k.pem", "/p.txt")
+    assert config.authorization == AuthorizationConfig(bearer_token="dapi0123456789abcdef")
+    assert config.ssl == SslConfig(
+        self_signed=False,
+        certificate_file="/c.pem",
+        certificate_key_file="/k.pem",
+        certificate_password_file="/p.txt",
+    )
     assert parse(minimal(ssl={"selfSigned": True})).ssl == SslConfig(self_signed=True)
 
 
@@ -213,7 +219,9 @@ def test_table_fields_and_defaults() -> None:
     config = parse(
         table_doc(name="t", location="/data/t", id="abc", historyShared=True, startVersion=3)
     )
-    assert config.shares[0].schemas[0].tables[0] == TableConfig("t", "/data/t", "abc", True, 3)
+    assert config.shares[0].schemas[0].tables[0] == TableConfig(
+        name="t", location="/data/t", id="abc", history_shared=True, start_version=3
+    )
 
 
 def test_missing_table_id_is_a_stable_uuid5_of_the_lowercased_name() -> None:
@@ -442,12 +450,12 @@ def test_environment_references_in_strings() -> None:
             "port": "${PORT}",
             "endpoint": "/${PREFIX}/api",
         },
-        TOKEN="from-env",
+        TOKEN="from-the-environment",
         PORT="9000",
         PREFIX="ds",
         BUCKET="b1",
     )
-    assert config.authorization == AuthorizationConfig("from-env")
+    assert config.authorization == AuthorizationConfig(bearer_token="from-the-environment")
     assert config.host == "0.0.0.0"
     assert config.port == 9000
     assert config.endpoint == "/ds/api"
@@ -491,7 +499,162 @@ def test_example_config_in_the_repo_loads_cleanly() -> None:
     env = {"LAKESHARE_BEARER_TOKEN": "t" * 24, SIGNING_SECRET_ENV: SECRET}
     config = load_config(REPO_ROOT / "config.example.yaml", environ=env)
     assert config.warnings == ()
-    assert config.authorization == AuthorizationConfig("t" * 24)
+    assert config.authorization == AuthorizationConfig(bearer_token="t" * 24)
     assert config.signing_secret == SECRET.encode()
     assert config.port == 8080
     assert sum(len(schema.tables) for share in config.shares for schema in share.schemas) == 5
+
+
+# --- tokens, names and open access (issue 11) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("token", "fragment"),
+    [
+        ("a", "'bearerToken' must be at least 16 characters, got 1"),
+        ("0123456789abcde", "'bearerToken' must be at least 16 characters, got 15"),
+        ("   ", "'bearerToken' must not be only whitespace"),
+        ("\t\n", "'bearerToken' must not be only whitespace"),
+        (" 0123456789abcdef", "'bearerToken' must not begin or end with whitespace"),
+        ("0123456789abcdef\n", "'bearerToken' must not begin or end with whitespace"),
+    ],
+)
+def test_weak_or_unusable_bearer_tokens_are_errors(token: str, fragment: str) -> None:
+    err = error_of(minimal(authorization={"bearerToken": token}))
+    assert err.path == "authorization.bearerToken"
+    assert fragment in err.message
+    # The same rule for a token taken from the environment.
+    err = error_of(minimal(authorization={"bearerToken": "${TOKEN}"}), TOKEN=token)
+    assert (err.path, fragment in err.message) == ("authorization.bearerToken", True)
+
+
+def test_token_errors_do_not_echo_the_token() -> None:
+    for token in ("Sekr1t-Tok3n", " Sekr1t-Tok3n-0123456789 "):
+        assert "Sekr1t" not in str(error_of(minimal(authorization={"bearerToken": token})))
+
+
+def test_a_sixteen_character_token_is_enough() -> None:
+    config = parse(minimal(authorization={"bearerToken": "0123456789abcdef"}))
+    assert config.authorization == AuthorizationConfig(bearer_token="0123456789abcdef")
+
+
+def _named(share: str = "s", schema: str = "d", table: str = "t") -> dict[str, Any]:
+    return minimal(
+        shares=[
+            {
+                "name": share,
+                "schemas": [{"name": schema, "tables": [{"name": table, "location": "/x"}]}],
+            }
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("s/1", "contains '/'"),
+        ("what?", "contains '?'"),
+        ("a#b", "contains '#'"),
+        ("100%", "contains '%'"),
+        ("tab\there", "contains a control character"),
+        ("nul\x00", "contains a control character"),
+        ("del\x7f", "contains a control character"),
+        (".", "is a relative path step"),
+        ("..", "is a relative path step"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("level", "path"),
+    [
+        ("share", "shares[0].name"),
+        ("schema", "shares[0].schemas[0].name"),
+        ("table", "shares[0].schemas[0].tables[0].name"),
+    ],
+)
+def test_names_that_cannot_be_one_url_path_segment_are_errors(
+    name: str, reason: str, level: str, path: str
+) -> None:
+    err = error_of(_named(**{level: name}))
+    assert err.path == path
+    assert err.message.startswith("'name' must fit in one URL path segment: ")
+    assert err.message.endswith(reason)
+
+
+def test_empty_names_keep_the_reference_message() -> None:
+    err = error_of(_named(share=""))
+    assert (err.message, err.path) == ("'name' in a share must be provided", "shares[0]")
+    err = error_of(_named(table="${EMPTY:-}"))
+    assert err.message == "'name' in a table must be provided"
+
+
+def test_names_that_fit_a_path_segment_are_listed_and_reachable() -> None:
+    """The rule rejects only what cannot work: names with spaces, dots, unicode or other
+    punctuation load and are reachable through the real app (percent-encoded)."""
+    from urllib.parse import quote
+
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    names = ["a b", "x.y", "...", "ünïcödé", "a+b=c", "semi;colon", "quote'd"]
+    doc = minimal(
+        signingSecret=SECRET,
+        authorization={"bearerToken": "a-token-for-the-names-test"},
+        shares=[{"name": name, "schemas": [{"name": name}]} for name in names],
+    )
+    client = TestClient(create_app(parse(doc)))
+    headers = {"Authorization": "Bearer a-token-for-the-names-test"}
+    listed = client.get("/delta-sharing/shares", headers=headers).json()["items"]
+    assert [item["name"] for item in listed] == names
+    for name in names:
+        response = client.get(f"/delta-sharing/shares/{quote(name, safe='')}", headers=headers)
+        assert response.status_code == 200, (name, response.text)
+        assert response.json()["share"]["name"] == name
+        response = client.get(
+            f"/delta-sharing/shares/{quote(name, safe='')}/schemas", headers=headers
+        )
+        assert [item["name"] for item in response.json()["items"]] == [name]
+
+
+def test_no_authorization_is_a_loud_warning_at_load(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "lakeshare.config"):
+        config = parse(minimal(signingSecret=SECRET))
+    [record] = [r for r in caplog.records if NO_AUTHORIZATION_WARNING in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "NO AUTHORIZATION" in record.getMessage()
+    # Open access can be deliberate (an authenticating proxy in front): it is announced at
+    # every load, but it is not a mistake in the file, so strict mode still loads it.
+    assert config.warnings == ()
+    assert parse(minimal(signingSecret=SECRET, strict=True)).authorization is None
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "lakeshare.config"):
+        parse(minimal(signingSecret=SECRET, authorization={"bearerToken": "t" * 16}))
+    assert NO_AUTHORIZATION_WARNING not in caplog.text
+
+
+def test_lakeshare_serve_prints_the_no_authorization_warning(tmp_path: Path) -> None:
+    """The real CLI: the warning is on stderr before the server binds (the port is taken, so
+    the process exits by itself right after loading the config)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    path = tmp_path / "open.yaml"
+    path.write_text(json.dumps({"version": 1, "signingSecret": SECRET, "host": "127.0.0.1"}))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = str(busy.getsockname()[1])
+        result = subprocess.run(
+            [sys.executable, "-m", "app.cli", "serve", "--config", str(path), "--port", port],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO_ROOT,
+        )
+    assert result.returncode == 1, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "NO AUTHORIZATION" in line]
+    record = json.loads(line)
+    assert record["level"] == "WARNING"
+    assert NO_AUTHORIZATION_WARNING in record["msg"]

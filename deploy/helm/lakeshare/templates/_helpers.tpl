@@ -1,13 +1,22 @@
+{{- define "lakeshare.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "lakeshare.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "lakeshare.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "lakeshare.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "lakeshare.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -15,13 +24,54 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ include "lakeshare.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "lakeshare.secretName" -}}
 {{- .Values.secrets.existingSecret | default (include "lakeshare.fullname" .) -}}
 {{- end -}}
 
+{{- define "lakeshare.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "lakeshare.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "lakeshare.claimName" -}}
-{{- .Values.tables.existingClaim | default (printf "%s-tables" (include "lakeshare.fullname" .)) -}}
+{{- .Values.data.existingClaim | default (printf "%s-data" (include "lakeshare.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+The URL recipients reach the server at: publicUrl, else the first Ingress host (https when
+a tls entry names it), else empty (the server derives it from each request).
+*/}}
+{{- define "lakeshare.publicUrl" -}}
+{{- if .Values.publicUrl -}}
+{{- .Values.publicUrl -}}
+{{- else if and .Values.ingress.enabled .Values.ingress.hosts -}}
+{{- $host := (first .Values.ingress.hosts).host -}}
+{{- if $host -}}
+{{- $scheme := "http" -}}
+{{- range .Values.ingress.tls -}}
+{{- if has $host (.hosts | default list) -}}
+{{- $scheme = "https" -}}
+{{- end -}}
+{{- end -}}
+{{- printf "%s://%s" $scheme $host -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A created claim must be mountable by every replica: ReadWriteOnce (one node) and
+ReadWriteOncePod (one pod) are refused with several replicas.
+*/}}
+{{- define "lakeshare.checkData" -}}
+{{- if and .Values.data.enabled (not .Values.data.existingClaim) (gt (int .Values.replicaCount) 1) -}}
+{{- if not (or (has "ReadOnlyMany" .Values.data.accessModes) (has "ReadWriteMany" .Values.data.accessModes)) -}}
+{{- fail "replicaCount > 1 with a data volume needs data.accessModes ReadOnlyMany or ReadWriteMany (or data.existingClaim, or data.enabled=false when every table is in the cloud)" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

@@ -1,4 +1,5 @@
-"""Serving local table files behind the URLs of `presign.local`.
+"""Serving local table files behind the URLs of `presign.local`: the other half of the
+local signer, verifying what it signed.
 
 A request is honoured only when its signature matches the table, relative path and expiry
 it names, the expiry is in the future, the table is in the configuration, and the path,
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from deltalog.storage import resolve
-from deltalog.storage.local import LocalStorage
+from deltalog.storage.kinds import StorageKind
 from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.presign.local import derive_master_key, table_key, url_signature
@@ -93,7 +94,7 @@ def resolve_inside(location: str, relative: str) -> str:
     """The real path of `relative` under the table at `location`; Forbidden when it is
     absolute, climbs with `..`, or resolves (through symlinks) outside the table."""
     storage, root = resolve(location)
-    if not isinstance(storage, LocalStorage):
+    if storage.kind is not StorageKind.LOCAL:
         raise Forbidden("Only local tables are served by this endpoint.")
     parts = relative.split("/")
     if (

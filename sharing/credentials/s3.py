@@ -3,28 +3,29 @@
 With a `roleArn` in the table's storage options, STS `AssumeRole` on that role from the
 server's base credentials (not from the role's own session, which would be role chaining)
 with an inline session policy; without one, `GetFederationToken` with the same policy
-(needs IAM user credentials). The policy allows `s3:GetObject` under `bucket/prefix/` and
-`s3:ListBucket` only for keys under that prefix; when STS finds it too large once packed,
-it falls back to GetObject alone, as the reference server does. The STS endpoint is the
-table's `endpointUrl` when one is set (S3-compatible stores with STS, emulators).
+(it needs long-term IAM user credentials). The policy allows `s3:GetObject` under
+`bucket/prefix/` and `s3:ListBucket` only for listing prefixes under `prefix/` (a listing
+of `prefix` without the slash would also name the objects of a sibling `prefix2/`); when
+STS finds it too large once packed, it falls back to GetObject alone, as the reference
+server does. The STS endpoint is the table's `endpointUrl` when one is set
+(S3-compatible stores with STS, emulators).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from deltalog.storage.base import Storage
+from deltalog.storage.kinds import as_backend
 from deltalog.storage.s3 import S3Storage
-from sharing.errors import SharingError
-from sharing.temp_credentials import CloudLocation, TemporaryCredentials
+from sharing.credentials.base import NotVendable, TemporaryCredentials
+from sharing.credentials.location import CloudLocation
 
-__all__ = ["session_policy", "vend"]
-
-log = logging.getLogger(__name__)
+__all__ = ["check", "session_policy", "vend"]
 
 MIN_DURATION = 900  # STS refuses shorter sessions
 MAX_ASSUME_ROLE = 3600
@@ -40,20 +41,19 @@ def _partition(region: str) -> str:
 
 
 def session_policy(bucket: str, prefix: str, region: str, *, with_list: bool = True) -> str:
-    """The inline policy: read objects under `prefix/`, list only keys under it."""
+    """The inline policy: read objects under `prefix/`, list only prefixes under it."""
     arn = f"arn:{_partition(region)}:s3:::{bucket}"
     objects = f"{arn}/{prefix}/*" if prefix else f"{arn}/*"
     statements: list[dict[str, Any]] = [
         {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects]}
     ]
     if with_list:
-        listed = [prefix, f"{prefix}/*"] if prefix else ["*"]
         statements.append(
             {
                 "Effect": "Allow",
                 "Action": ["s3:ListBucket"],
                 "Resource": [arn],
-                "Condition": {"StringLike": {"s3:prefix": listed}},
+                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*" if prefix else "*"]}},
             }
         )
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, separators=(",", ":"))
@@ -71,57 +71,90 @@ def _base_session(storage: S3Storage) -> boto3.Session:
     )
 
 
+def check(storage: Storage, table: CloudLocation) -> None:
+    """NotVendable when the server's AWS credentials cannot ask STS for scoped ones."""
+    del table  # a session policy scopes any prefix
+    s3 = as_backend(storage, S3Storage)
+    try:
+        credentials = _base_session(s3).get_credentials()
+    except BotoCoreError as exc:  # e.g. a profile that does not exist
+        raise NotVendable(
+            "the server has no AWS credentials to request them with",
+            f"the table's AWS credentials cannot be loaded: {type(exc).__name__}",
+        ) from exc
+    if credentials is None:
+        raise NotVendable(
+            "the server has no AWS credentials to request them with",
+            "no AWS credentials for STS: set accessKeyId/secretAccessKey, profile or roleArn "
+            "in the table's storage options, or provide boto3's default credentials",
+        )
+    if not s3.options.role_arn and credentials.get_frozen_credentials().token:
+        raise NotVendable(
+            "the server's AWS credentials cannot request federation tokens",
+            "GetFederationToken needs long-term IAM user credentials, the table's are "
+            "temporary (they carry a session token): set roleArn in its storage options to "
+            "vend through AssumeRole",
+        )
+
+
 def _request(storage: S3Storage, region: str, policy: str, duration: int) -> dict[str, Any]:
     o = storage.options
     sts = _base_session(storage).client(
         "sts", region_name=region, endpoint_url=o.endpoint_url or None
     )
+    answer: dict[str, Any]
     if o.role_arn:
         extra = {"ExternalId": o.external_id} if o.external_id else {}
-        return sts.assume_role(
+        answer = sts.assume_role(
             RoleArn=o.role_arn,
             RoleSessionName=o.role_session_name,
             Policy=policy,
             DurationSeconds=min(max(duration, MIN_DURATION), MAX_ASSUME_ROLE),
             **extra,
         )
-    return sts.get_federation_token(
-        Name=o.role_session_name[:32],
-        Policy=policy,
-        DurationSeconds=min(max(duration, MIN_DURATION), MAX_FEDERATION),
-    )
+    else:
+        answer = sts.get_federation_token(
+            Name=o.role_session_name[:32],
+            Policy=policy,
+            DurationSeconds=min(max(duration, MIN_DURATION), MAX_FEDERATION),
+        )
+    return answer
 
 
 def vend(
-    storage: S3Storage, location: str, parsed: CloudLocation, validity_seconds: int
+    storage: Storage,
+    table: CloudLocation,
+    location: str,
+    requested: CloudLocation,
+    validity_seconds: int,
 ) -> TemporaryCredentials:
-    """STS credentials that can read (and list) `parsed` only."""
-    bucket, prefix = parsed.bucket, parsed.prefix
-    region = storage.bucket_region(bucket)
+    """STS credentials that can read (and list) `requested` only."""
+    check(storage, table)
+    s3 = as_backend(storage, S3Storage)
+    bucket, prefix = requested.bucket, requested.prefix
+    region = s3.bucket_region(bucket)
     try:
         try:
-            answer = _request(
-                storage, region, session_policy(bucket, prefix, region), validity_seconds
-            )
+            answer = _request(s3, region, session_policy(bucket, prefix, region), validity_seconds)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "PackedPolicyTooLarge":
                 raise
             policy = session_policy(bucket, prefix, region, with_list=False)
-            answer = _request(storage, region, policy, validity_seconds)
+            answer = _request(s3, region, policy, validity_seconds)
     except (ClientError, BotoCoreError) as exc:
         code = (
             exc.response.get("Error", {}).get("Code")
             if isinstance(exc, ClientError)
             else type(exc).__name__
         )
-        log.error("STS refused temporary credentials for %s: %s", location, code)
-        raise SharingError(
-            "Temporary credentials could not be issued; the provider has been notified."
+        action = "AssumeRole" if s3.options.role_arn else "GetFederationToken"
+        raise NotVendable(
+            "AWS STS did not issue them", f"STS {action} refused for {location}: {code}"
         ) from exc
     credentials = answer["Credentials"]
     return TemporaryCredentials(
         location=location,
-        kind="awsTempCredentials",
+        field="awsTempCredentials",
         values={
             "accessKeyId": credentials["AccessKeyId"],
             "secretAccessKey": credentials["SecretAccessKey"],

@@ -1,0 +1,320 @@
+"""The configuration's models: one class per YAML mapping, one line per setting.
+
+A field's name is the attribute other modules read; its camelCase form is the YAML key; its
+default is the default; its type (see `values`) says what the file may hold and how it is
+checked. `Required` marks keys the reference server requires. Rules across keys (duplicate
+table ids, unused storage profiles, where the signing secret comes from, default table ids)
+are applied by the loader once the whole file is validated.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Self
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from sharing.config.context import context_of
+from sharing.config.errors import ConfigError, Problem
+from sharing.config.storage import (
+    StorageOptions,
+    camel_options,
+    profiles,
+    resolve,
+    table_settings,
+)
+from sharing.config.values import (
+    BearerToken,
+    Boolean,
+    Integer,
+    Name,
+    NonNegative,
+    OptionalText,
+    Positive,
+    PreparedBy,
+    Required,
+    Section,
+    Sections,
+    Text,
+    as_text,
+    check,
+)
+
+__all__ = [
+    "CURRENT_CONFIG_VERSION",
+    "LOG_LEVELS",
+    "MIN_SECRET_CHARS",
+    "SIGNING_SECRET_ENV",
+    "AuthorizationConfig",
+    "SchemaConfig",
+    "ServerConfig",
+    "ShareConfig",
+    "SslConfig",
+    "TableConfig",
+    "default_table_id",
+    "random_secret",
+]
+
+CURRENT_CONFIG_VERSION = 1
+SIGNING_SECRET_ENV = "LAKESHARE_SIGNING_SECRET"
+MIN_SECRET_CHARS = 16
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def default_table_id(share: str, schema: str, table: str) -> str:
+    """A stable id for a table configured without one.
+
+    The reference binds page and refresh tokens to the configured id and leaves it empty
+    otherwise (so all such tables share one id); a name-derived uuid5 keeps ids distinct and
+    stable across restarts and replicas.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{share}.{schema}.{table}".lower()))
+
+
+def random_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+# --- shares, schemas, tables ----------------------------------------------------------------
+
+
+class TableConfig(Section):
+    kind: ClassVar[str] = "table"
+
+    name: Annotated[Name, Required("'name' in a table must be provided")]
+    location: Annotated[Text, Required("'location' in a table must be provided")]
+    id: Text = ""  # empty: the loader sets default_table_id(share, schema, name)
+    history_shared: Boolean = False
+    start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
+    storage_profile: OptionalText = None  # a key of `storageProfiles`
+    # Backend option names and values: the profile's, then the table's own `storage:`
+    # mapping (camelCase keys in the file) on top. Never shown.
+    storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
+        default=(), repr=False, validate_default=True
+    )
+
+    @field_validator("storage", mode="before")
+    @classmethod
+    def _resolve_storage(cls, value: Any, info: ValidationInfo) -> StorageOptions:
+        if "location" not in info.data:  # already reported
+            return ()
+        own: Mapping[str, Any] | None
+        if isinstance(value, Mapping):
+            own = value
+        elif value:
+            own = dict(value)
+        else:
+            own = None
+        return resolve(
+            own,
+            location=info.data["location"],
+            profile=info.data.get("storage_profile"),
+            profiles=context_of(info).storage_profiles,
+        )
+
+    @field_serializer("storage")
+    def _storage_as_written(self, value: StorageOptions) -> dict[str, Any] | None:
+        return camel_options(value) or None
+
+    def storage_options(self) -> dict[str, Any] | None:
+        """The options for `deltalog.storage.resolve`, or None for the backend's defaults."""
+        return dict(self.storage) or None
+
+
+class SchemaConfig(Section):
+    kind: ClassVar[str] = "schema"
+
+    name: Annotated[Name, Required("'name' in a schema must be provided")]
+    tables: Sections[TableConfig] = ()
+
+
+class ShareConfig(Section):
+    kind: ClassVar[str] = "share"
+
+    name: Annotated[Name, Required("'name' in a share must be provided")]
+    schemas: Sections[SchemaConfig] = ()
+
+
+# --- authorization and TLS ------------------------------------------------------------------
+
+
+class AuthorizationConfig(Section):
+    bearer_token: Annotated[
+        BearerToken,
+        Required("'bearerToken' in 'authorization' must be provided"),
+        Field(repr=False),
+    ]
+
+
+class SslConfig(Section):
+    self_signed: Boolean = False
+    certificate_file: OptionalText = None
+    certificate_key_file: OptionalText = None
+    certificate_password_file: OptionalText = None
+
+    @model_validator(mode="after")
+    def _certificate_unless_self_signed(self) -> Self:
+        if not self.self_signed:
+            for key, value in (
+                ("certificateFile", self.certificate_file),
+                ("certificateKeyFile", self.certificate_key_file),
+            ):
+                if not value:
+                    raise Problem(f"'{key}' in a SSL config must be provided", named=False)
+        return self
+
+
+# --- settings of the whole server -----------------------------------------------------------
+
+
+def _supported_version(version: int) -> int:
+    if version <= 0:
+        raise ConfigError("'version' must be greater than 0")
+    if version > CURRENT_CONFIG_VERSION:
+        raise ConfigError(
+            f"The 'version' in the server config is {version} which is too new. The current "
+            f"release supports version {CURRENT_CONFIG_VERSION} and below. Please upgrade to a "
+            "newer release."
+        )
+    return version
+
+
+def _host(value: str) -> str:
+    return (value or "localhost").strip()
+
+
+def _endpoint(value: str) -> str:
+    endpoint = value.strip()
+    if not endpoint.startswith("/") or any(c in endpoint for c in "?#{} "):
+        raise Problem("must be a URL path starting with '/'")
+    return endpoint.rstrip("/")
+
+
+def _public_url(value: str | None) -> str | None:
+    if not value:
+        return None
+    url = value.strip()
+    try:
+        parts = urlsplit(url)
+        absolute = parts.scheme in ("http", "https") and bool(parts.netloc)
+        valid = absolute and not parts.query and not parts.fragment
+    except ValueError:  # e.g. an unbalanced IPv6 bracket
+        valid = False
+    if not valid:
+        raise Problem("must be an absolute http(s) URL without query or fragment")
+    return url.rstrip("/")
+
+
+def _log_level(value: str) -> str:
+    level = (value or "INFO").strip().upper()
+    if level not in LOG_LEVELS:
+        raise Problem(f"must be one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _stripped_or_none(value: str | None) -> str | None:
+    return (value or "").strip() or None
+
+
+def _signing_secret(value: object) -> bytes:
+    """Text from the file (empty: not configured, the loader looks further) or bytes."""
+    secret = value if isinstance(value, bytes) else as_text(value).encode("utf-8")
+    if secret and len(secret.decode("utf-8", "replace")) < MIN_SECRET_CHARS:
+        raise Problem(
+            f"the signing secret must be at least {MIN_SECRET_CHARS} characters", named=False
+        )
+    return secret
+
+
+def _positive_or(default: int) -> AfterValidator:
+    """The reference's leniency for a few settings: not positive -> a warning and `default`."""
+
+    def validate(value: int, info: ValidationInfo) -> int:
+        if value > 0:
+            return value
+        key = to_camel(info.field_name or "")
+        context_of(info).warn(f"'{key}' is {value}; using {default}", key)
+        return default
+
+    return AfterValidator(validate)
+
+
+def _profiles(value: object) -> object:
+    if isinstance(value, Mapping):
+        return tuple((name, tuple(settings.items())) for name, settings in value.items())
+    return value
+
+
+StorageProfiles = tuple[tuple[str, StorageOptions], ...]
+
+
+class ServerConfig(Section):
+    """The whole server configuration. Attribute names are the YAML keys in snake_case."""
+
+    version: Annotated[
+        Integer,
+        Required("'version' must be provided", empty_allowed=True),
+        AfterValidator(_supported_version),
+    ]
+    # Validated before `shares`: tables look their profile up while they are validated.
+    storage_profiles: Annotated[
+        StorageProfiles, PreparedBy(profiles), BeforeValidator(_profiles)
+    ] = Field(default=(), repr=False)
+    shares: Sections[ShareConfig] = ()
+    authorization: AuthorizationConfig | None = None
+    ssl: SslConfig | None = None
+    host: Annotated[Text, AfterValidator(_host)] = "localhost"
+    port: Annotated[Integer, check(lambda v: 0 <= v <= 65535, "between 0 and 65535")] = 80
+    endpoint: Annotated[Text, AfterValidator(_endpoint)] = "/delta-sharing"
+    pre_signed_url_timeout_seconds: Positive = 3600
+    temporary_credential_validity_seconds: Annotated[Integer, _positive_or(3600)] = 3600
+    delta_table_cache_size: NonNegative = 10
+    staleness_acceptable: Boolean = False
+    evaluate_predicate_hints: Boolean = False
+    evaluate_json_predicate_hints: Boolean = True
+    evaluate_json_predicate_hints_v2: Boolean = True
+    request_timeout_seconds: Annotated[
+        Integer, check(lambda v: v >= 0, "non-negative (0 = no timeout)")
+    ] = 30
+    query_table_page_size_limit: Positive = 10_000
+    query_table_page_token_ttl_ms: NonNegative = 259_200_000
+    refresh_token_ttl_ms: NonNegative = 3_600_000
+    # Additions of ours (not in the reference format).
+    signing_secret: Annotated[bytes, BeforeValidator(_signing_secret)] = Field(
+        default_factory=random_secret, repr=False
+    )
+    public_url: Annotated[OptionalText, AfterValidator(_public_url)] = None
+    log_level: Annotated[Text, AfterValidator(_log_level)] = "INFO"
+    strict: Boolean = False
+    async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
+    async_query_ttl_seconds: Positive = 3600
+    # Set by the loader, not keys of the file.
+    signing_secret_source: str = Field(default="generated", exclude=True)  # config, env, generated
+    warnings: tuple[str, ...] = Field(default=(), exclude=True)
+
+    @field_validator("storage_profiles")
+    @classmethod
+    def _publish_profiles(cls, value: StorageProfiles, info: ValidationInfo) -> StorageProfiles:
+        context_of(info).storage_profiles = {name: dict(options) for name, options in value}
+        return value
+
+    @field_serializer("storage_profiles")
+    def _profiles_as_written(self, value: StorageProfiles) -> dict[str, dict[str, Any]]:
+        return {name: dict(options) for name, options in value}
+
+    @field_serializer("signing_secret")
+    def _secret_as_written(self, value: bytes) -> str | None:
+        # A generated secret is not part of the file (and need not be text).
+        return None if self.signing_secret_source == "generated" else value.decode("utf-8")

@@ -1,0 +1,133 @@
+"""Temporary table credentials (`POST …/temporary-table-credentials`), dispatched on the
+kind of the table's storage to one vendor module per cloud.
+
+Checked here, in this order, before any cloud is asked: the table shares its history (the
+reference's rule) and the requested location lies within the table (`location.py`). Then
+the vendor checks that it can issue credentials reaching no more than that location and
+asks its cloud. Whatever stops it — a storage that cannot scope them, the server's own
+credentials missing or refused — the recipient gets a 400 naming why and the provider an
+ERROR log line saying what to change; never a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from deltalog.storage.base import Storage
+from deltalog.storage.kinds import StorageKind
+from sharing.catalog import SharedTable
+from sharing.credentials.base import CredentialsUnavailable, NotVendable, TemporaryCredentials
+from sharing.credentials.location import NOT_CLOUD, CloudLocation, check_location, parse_location
+from sharing.errors import InvalidParameter, UnsupportedOperation
+
+__all__ = ["VendingSupport", "require_history_for_credentials", "vend", "vending_support"]
+
+log = logging.getLogger(__name__)
+
+
+class Vendor(Protocol):
+    """What each cloud's module (`sharing.credentials.s3`, `.azure`, `.gcs`) offers."""
+
+    def check(self, storage: Storage, table: CloudLocation) -> None:
+        """NotVendable when no credentials limited to `table` can be issued."""
+        ...
+
+    def vend(
+        self,
+        storage: Storage,
+        table: CloudLocation,
+        location: str,
+        requested: CloudLocation,
+        validity_seconds: int,
+    ) -> TemporaryCredentials:
+        """Credentials for `requested` (within `table`), or NotVendable."""
+        ...
+
+
+def _vendor(kind: StorageKind) -> Vendor:
+    """The vendor for a cloud, imported on first use (each imports its cloud's SDK)."""
+    if kind is StorageKind.S3:
+        from sharing.credentials import s3
+
+        return s3
+    if kind is StorageKind.AZURE:
+        from sharing.credentials import azure
+
+        return azure
+    if kind is StorageKind.GCS:
+        from sharing.credentials import gcs
+
+        return gcs
+    raise UnsupportedOperation(NOT_CLOUD)
+
+
+def require_history_for_credentials(shared: SharedTable) -> None:
+    if not shared.config.history_shared:
+        raise InvalidParameter(
+            "Temporary table credentials are not supported because history sharing is not "
+            f"enabled on table: {shared.full_name}"
+        )
+
+
+def _table_location(shared: SharedTable) -> CloudLocation:
+    root = parse_location(shared.config.location)
+    if root is None:
+        raise UnsupportedOperation(NOT_CLOUD)
+    return root
+
+
+def vend(
+    shared: SharedTable, storage: Storage, requested: str | None, validity_seconds: int
+) -> TemporaryCredentials:
+    """Credentials for `requested` (default: the table root) of a history-shared table whose
+    log is read through `storage`, valid for at most `validity_seconds`."""
+    require_history_for_credentials(shared)
+    location, wanted = check_location(shared.config.location, requested)
+    table = _table_location(shared)
+    vendor = _vendor(storage.kind)
+    try:
+        return vendor.vend(storage, table, location, wanted, validity_seconds)
+    except NotVendable as exc:
+        log.error(
+            "temporary credentials for table %s not issued: %s",
+            shared.full_name,
+            exc.detail,
+            extra={"table": shared.full_name, "storage": storage.kind.value},
+        )
+        raise CredentialsUnavailable(_message(shared, exc.reason)) from exc
+
+
+def _message(shared: SharedTable, reason: str) -> str:
+    return f"Temporary table credentials are not available for table {shared.full_name}: {reason}."
+
+
+@dataclass(frozen=True, slots=True)
+class VendingSupport:
+    """Whether temporary credentials can be vended for a table; if not, why (as the
+    recipient is told) and what the provider can change."""
+
+    possible: bool
+    reason: str = ""
+    detail: str = ""
+
+
+def vending_support(shared: SharedTable, storage: Storage) -> VendingSupport:
+    """Whether `POST …/temporary-table-credentials` can succeed for this table, and if not,
+    why — for `lakeshare check`. May ask the cloud (e.g. whether an Azure account has a
+    hierarchical namespace), as a request would."""
+    if not shared.config.history_shared:
+        return VendingSupport(
+            False,
+            "history sharing is not enabled on the table",
+            "set historyShared: true on the table to offer temporary credentials",
+        )
+    table = parse_location(shared.config.location)
+    if table is None or not storage.kind.is_cloud:
+        return VendingSupport(False, NOT_CLOUD, "the table is not on S3, GCS or Azure")
+    try:
+        _vendor(storage.kind).check(storage, table)
+    except NotVendable as exc:
+        return VendingSupport(False, _message(shared, exc.reason), exc.detail)
+    return VendingSupport(True)

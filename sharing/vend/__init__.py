@@ -1,1 +1,0 @@
-"""Vendors of temporary, location-scoped cloud credentials (one module per cloud)."""

@@ -1,0 +1,154 @@
+"""`lakeshare check`: every configured table opened, with the right verdict and exit code,
+on a configuration that mixes good tables, a missing location, a table with a reader
+feature we refuse, and a table in S3 (moto)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.cli import main
+from sharing.table_check import Status, check_tables, configured_tables
+from sharing.tables import TableService
+from tests.support.corpus import corpus_table
+from tests.support.emulators import moto_client
+from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, make_config
+
+GOOD = "levi/dat/basic_partitioned/delta"
+DV = "delta-kernel-rs/golden_data/dv-partitioned-with-checkpoint/delta"
+GEO = "delta-kernel-rs/data/table-with-geo"
+
+
+def _document(tables: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
+        "signingSecret": TEST_SIGNING_SECRET,
+        "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
+        **extra,
+    }
+
+
+def _local_tables(tmp_path: Path) -> list[dict[str, Any]]:
+    return [
+        {"name": "good", "location": str(corpus_table(GOOD))},
+        {"name": "dv", "location": str(corpus_table(DV))},
+        {"name": "missing", "location": str(tmp_path / "no-such-table")},
+        {"name": "geo", "location": str(corpus_table(GEO))},
+    ]
+
+
+def _run(tmp_path: Path, document: dict[str, Any], *args: str) -> int:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return main(["check", "--config", str(path), *args])
+
+
+def test_verdicts_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = _run(tmp_path, _document(_local_tables(tmp_path)), "--format", "json")
+    reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)}
+    assert code == 1
+    good, dv = reports["s.d.good"], reports["s.d.dv"]
+    assert (good["status"], good["version"], good["num_files"]) == ("ok", 1, 6)
+    assert good["formats"] == ["parquet", "delta"] and good["problems"] == []
+    assert good["temporary_credentials"] == "not applicable (local table)"
+    assert (dv["status"], dv["version"], dv["min_reader_version"]) == ("ok", 15, 3)
+    assert dv["reader_features"] == ["deletionVectors"]
+    assert dv["formats"] == ["delta"]
+    assert "readerfeatures=deletionvectors" in dv["clients"][0]
+    missing, geo = reports["s.d.missing"], reports["s.d.geo"]
+    assert missing["status"] == "unusable" and missing["version"] is None
+    assert "TableNotFoundError" in missing["problems"][0]
+    assert geo["status"] == "unusable"
+    assert "geospatial" in geo["problems"][0]
+
+
+def test_all_good_exits_zero_with_a_readable_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = _local_tables(tmp_path)[:2]
+    assert _run(tmp_path, _document(tables)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == [
+        "TABLE",
+        "STATUS",
+        "VERSION",
+        "FILES",
+        "SIZE",
+        "FORMATS",
+        "READER",
+        "FEATURES",
+    ]
+    assert out[1].split()[:4] == ["s.d.good", "ok", "1", "6"]
+    assert any(line.strip().startswith("note: parquet-format clients") for line in out)
+    assert out[-1] == "2 table(s), 0 unusable"
+
+
+def test_start_version_after_the_latest_is_unusable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = [{"name": "good", "location": str(corpus_table(GOOD)), "startVersion": 5}]
+    assert _run(tmp_path, _document(tables), "--format", "json") == 1
+    (report,) = json.loads(capsys.readouterr().out)
+    assert report["status"] == "unusable"
+    assert "startVersion 5" in report["problems"][0]
+
+
+def test_invalid_configuration_exits_two(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(tmp_path, {"version": 1, "shares": "not a list"}) == 2
+    assert "invalid configuration" in capsys.readouterr().err
+
+
+def test_a_hung_store_is_reported_without_waiting_for_it(tmp_path: Path) -> None:
+    """The timeout bounds the whole check, whatever the store does."""
+
+    class HangingService(TableService):
+        def latest(self, shared):  # type: ignore[no-untyped-def]
+            time.sleep(5)
+            return super().latest(shared)
+
+    config = make_config(_document([{"name": "good", "location": str(corpus_table(GOOD))}]))
+    started = time.monotonic()
+    (report,) = check_tables(HangingService(config), configured_tables(config), timeout_seconds=0.2)
+    assert time.monotonic() - started < 2
+    assert report.status is Status.UNUSABLE
+    assert "no answer" in report.problems[0]
+
+
+@pytest.mark.slow
+def test_cloud_table_in_s3(
+    tmp_path: Path, moto_s3: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = moto_client(moto_s3)
+    client.create_bucket(Bucket="check-bucket")
+    root = corpus_table(GOOD)
+    for path in root.rglob("*"):
+        if path.is_file():
+            client.upload_file(str(path), "check-bucket", f"t/{path.relative_to(root)}")
+    profile = {
+        "endpointUrl": moto_s3,
+        "pathStyle": True,
+        "region": "us-east-1",
+        "accessKeyId": "testing",
+        "secretAccessKey": "testing",
+    }
+    tables = [
+        {"name": "cloud", "location": "s3://check-bucket/t", "storageProfile": "moto"},
+        {"name": "cloud_missing", "location": "s3://check-bucket/nope", "storageProfile": "moto"},
+    ]
+    document = _document(tables, storageProfiles={"moto": profile})
+    assert _run(tmp_path, document, "--format", "json") == 1
+    reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)}
+    assert reports["s.d.cloud"]["status"] == "ok"
+    assert reports["s.d.cloud"]["num_files"] == 6
+    # No historyShared, so no temporary credentials; the report says how to offer them.
+    assert reports["s.d.cloud"]["temporary_credentials"].startswith("not available")
+    assert "historyShared" in reports["s.d.cloud"]["temporary_credentials"]
+    assert reports["s.d.cloud_missing"]["status"] == "unusable"
