@@ -16,8 +16,9 @@ then times the per-snapshot work of a query on three snapshots of the last versi
 The operation is what a snapshot query does with a snapshot's files on the server: a
 stats predicate (`jsonPredicateHints`, parsed stats cached as on a warm server), file ids
 from the per-snapshot cache, then the parquet-format response lines batch by batch with
-the local signer. Median and best of `--repeat` runs are printed, and the refreshes'
-own median/p99 cost.
+the local signer. Median and best of `--repeat` rounds (each round runs every case once,
+so a busy moment of the machine hits all alike) are printed, and the refreshes' own
+median/p99 cost.
 """
 
 from __future__ import annotations
@@ -201,21 +202,23 @@ def main() -> None:
             f"p99 {refresh_ms[int(len(refresh_ms) * 0.99) - 1]:.2f} ms"
         )
         print(f"\n{'snapshot':<34}{'chunks':>7}{'median ms':>11}{'best ms':>9}{'ratio':>8}")
-        baseline = None
-        for label, files in cases:
-            run = query(files)
-            expected = run()  # warm: parsed stats and file ids cached, as on a server
-            times = []
-            for _ in range(args.repeat):
+        runs = [query(files) for _, files in cases]
+        expected = [run() for run in runs]  # warm: parsed stats and file ids cached
+        times: list[list[float]] = [[] for _ in cases]
+        # Rounds over the cases, so a busy moment of the machine hits them all alike.
+        for _ in range(args.repeat):
+            for i, run in enumerate(runs):
                 t0 = time.perf_counter()
-                assert run() == expected
-                times.append(time.perf_counter() - t0)
-            median = statistics.median(times) * 1000
-            baseline = baseline or median
+                assert run() == expected[i]
+                times[i].append(time.perf_counter() - t0)
+        baseline = statistics.median(times[0]) * 1000
+        for (label, files), taken in zip(cases, times, strict=True):
+            median = statistics.median(taken) * 1000
             print(
                 f"{label:<34}{files.column('path').num_chunks:>7}{median:>11.2f}"
-                f"{min(times) * 1000:>9.2f}{median / baseline:>7.2f}x"
+                f"{min(taken) * 1000:>9.2f}{median / baseline:>7.2f}x"
             )
+        print(f"load average afterwards {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,16 @@ class Snapshot:
         return self._timestamp
 
     @property
+    def file_state(self) -> FileState:
+        """The files and tombstones in their chunks, with their keys (deltalog.replay)."""
+        return self._state
+
+    @property
+    def in_commit_timestamp(self) -> int | None:
+        """The in-commit timestamp the last commit of this version carried, if any."""
+        return self._in_commit_timestamp
+
+    @property
     def files(self) -> pa.Table:
         """Active files (ADD_SCHEMA, plus the typed `stats_parsed` column when the
         checkpoint the snapshot was loaded from had one; see deltalog.actions)."""

@@ -10,6 +10,12 @@ changed) and one mapping, without replaying the log. Newer commits are replayed 
 the mapped snapshot as on any other (deltalog.replay): the mapped chunks are never
 copied, only the few rows the commits touch are.
 
+The first process to need a table builds its file by streaming the checkpoint into it
+row group by row group (the commits after it are read first, to know which files they
+touch), so not even that process holds the whole snapshot in memory. A snapshot followed
+by incremental refreshes is written again, in the background, once it is `rewrite_after`
+commits ahead of the stored version.
+
 One file per (table, version) under `<directory>/<table digest>/`, written under a
 temporary name and renamed into place, so a reader sees a whole file or none. Layout:
 
@@ -20,7 +26,8 @@ The header holds the table identity and version, the commit (or checkpoint) file
 snapshot was built from as the listing showed it (size and modification time: a table
 deleted and recreated at the same location no longer matches), protocol, metadata,
 transactions and domain metadata, where each section lies, and a checksum of the
-sections. All-null columns are not written (see deltalog.null_columns). A file that is
+sections (the sum of their 64-bit words, checked when a file is mapped unless `verify`
+is off). All-null columns are not written (see deltalog.null_columns). A file that is
 truncated, fails its checksum or structural validation, or names another table, version
 or commit file is never served: it is deleted and the snapshot rebuilt from the log.
 
@@ -571,7 +578,7 @@ def _state_fields(
 
 def _write(path: Path, identity: str, snapshot: Snapshot, anchor: Anchor) -> None:
     """A snapshot held in memory, to `path`."""
-    state = snapshot._state
+    state = snapshot.file_state
     with open(path, "wb") as handle:
         writer = _Writer(handle)
         writer.chunks("files", state.active)
@@ -586,7 +593,7 @@ def _write(path: Path, identity: str, snapshot: Snapshot, anchor: Anchor) -> Non
                 snapshot.txns,
                 snapshot.domain_metadata,
                 snapshot.checkpoint_version,
-                snapshot._in_commit_timestamp,
+                snapshot.in_commit_timestamp,
             ),
         )
 

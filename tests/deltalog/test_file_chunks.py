@@ -77,7 +77,7 @@ def test_a_thousand_refreshes_keep_the_chunks_of_a_fresh_load(tmp_path: Path) ->
     followed_batches = followed.files.to_batches(max_chunksize=10_000)
     fresh_batches = fresh.files.to_batches(max_chunksize=10_000)
     assert len(followed_batches) <= len(fresh_batches) + 3
-    _check_aligned(followed._state)
+    _check_aligned(followed.file_state)
 
 
 def test_appends_copy_each_row_a_bounded_number_of_times() -> None:

@@ -320,7 +320,7 @@ def test_corpus_tables_round_trip(relative: str, tmp_path: Path) -> None:
     assert mapped.tombstones.to_pylist() == built.tombstones.to_pylist()
     assert mapped.checkpoint_version == built.checkpoint_version
     assert mapped.txns == built.txns and mapped.domain_metadata == built.domain_metadata
-    assert mapped._state.file_keys.equals(built._state.file_keys)
+    assert mapped.file_state.file_keys.equals(built.file_state.file_keys)
     expected = oracle_keys(root)
     if expected is not None:
         assert snapshot_keys(mapped.files) == expected
@@ -331,17 +331,17 @@ def _same_snapshot(mapped: Snapshot, loaded: Snapshot) -> None:
     assert mapped.version == loaded.version
     assert mapped.files.schema == loaded.files.schema
     assert mapped.files.to_pylist() == loaded.files.to_pylist()
-    assert [b.num_rows for b in mapped._state.active.batches] == [
-        b.num_rows for b in loaded._state.active.batches
+    assert [b.num_rows for b in mapped.file_state.active.batches] == [
+        b.num_rows for b in loaded.file_state.active.batches
     ]
     assert mapped.tombstones.to_pylist() == loaded.tombstones.to_pylist()
-    assert mapped._state.file_keys.equals(loaded._state.file_keys)
-    assert mapped._state.tombstone_keys.equals(loaded._state.tombstone_keys)
+    assert mapped.file_state.file_keys.equals(loaded.file_state.file_keys)
+    assert mapped.file_state.tombstone_keys.equals(loaded.file_state.tombstone_keys)
     assert mapped.protocol == loaded.protocol and mapped.metadata == loaded.metadata
     assert mapped.metadata.raw == loaded.metadata.raw
     assert mapped.txns == loaded.txns and mapped.domain_metadata == loaded.domain_metadata
     assert mapped.checkpoint_version == loaded.checkpoint_version
-    assert mapped._in_commit_timestamp == loaded._in_commit_timestamp
+    assert mapped.in_commit_timestamp == loaded.in_commit_timestamp
 
 
 @pytest.mark.parametrize(
