@@ -5,6 +5,7 @@ written for another table or version."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -221,6 +222,7 @@ def _built(counting: CountingStorage) -> bool:
 def test_damaged_files_are_detected_and_rebuilt(
     table: Path, tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="deltalog.snapshot_store")
     store = SnapshotStore(tmp_path / "store")
     version = DeltaTable(str(table), snapshot_store=store).snapshot().version
     path = _store_file(store, table, version)
@@ -264,6 +266,7 @@ def test_stale_file_of_a_recreated_table_is_rebuilt(table: Path, tmp_path: Path)
 def test_file_of_another_version_or_table_is_not_served(
     table: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="deltalog.snapshot_store")
     store = SnapshotStore(tmp_path / "store")
     version = DeltaTable(str(table), snapshot_store=store).snapshot().version
     path = _store_file(store, table, version)
