@@ -1,8 +1,11 @@
 """Benchmark: data skipping over a 1,000,000-file snapshot.
 
 Builds an ADD_SCHEMA files table in memory (partitioned by `date` and `region`, stats JSON
-for four columns) and times `filter_files` for a partition predicate and for a stats
-predicate — the latter cold (stats JSON parsed) and warm (parsed columns cached) — plus
+for four columns, and the same statistics typed as the `stats_parsed` column a snapshot
+loaded from a checkpoint written with `delta.checkpoint.writeStatsAsStruct` carries) and
+times `filter_files` for a partition predicate and for a stats predicate — the latter cold
+on a never-queried snapshot (typed statistics read as they are; JSON-only statistics
+parsed for the referenced column, the baseline) and warm (parsed columns cached) — plus
 `apply_limit`, against a naive per-file Python evaluation (orjson.loads per stats string,
 Python comparisons) over the same data. For a snapshot reloaded afresh (new buffers, as
 after a table-cache eviction), the background warm-up a server starts on loading it
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import random
 import time
 from collections.abc import Callable
@@ -26,7 +30,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltalog.actions import ADD_SCHEMA, STRING_MAP, Metadata
+from deltalog.actions import ADD_SCHEMA, STATS_PARSED, STRING_MAP, Metadata
 from sharing.skipping import StatsCache, apply_limit, filter_files
 from sharing.skipping.warm import StatsWarmer
 
@@ -57,15 +61,37 @@ METADATA = Metadata.from_action(
 )
 
 
+TYPED_VALUES = pa.struct(
+    [
+        ("id", pa.int64()),
+        ("price", pa.float64()),
+        ("name", pa.string()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
+TYPED_STATS = pa.struct(
+    [
+        ("numRecords", pa.int64()),
+        ("minValues", TYPED_VALUES),
+        ("maxValues", TYPED_VALUES),
+        ("nullCount", pa.struct([(f.name, pa.int64()) for f in TYPED_VALUES])),
+    ]
+)
+
+
 def build_files(n: int, seed: int = 7) -> pa.Table:
     """n files: ids in increasing ranges (so a point lookup hits few files), random prices,
-    names and timestamps with millisecond stats, a few files without stats."""
+    names and timestamps with millisecond stats, a few files without stats. The same
+    statistics are also given typed, as the `stats_parsed` column a snapshot loaded from a
+    checkpoint written with `delta.checkpoint.writeStatsAsStruct` carries."""
     rng = random.Random(seed)
     stats: list[str | None] = []
+    typed: list[dict[str, object] | None] = []
     base_ts = dt.datetime(2023, 1, 1, tzinfo=dt.UTC)
     for i in range(n):
         if i % 1000 == 999:
             stats.append(None)
+            typed.append(None)
             continue
         records = rng.randint(1000, 100_000)
         lo_id = i * 100_000
@@ -77,12 +103,31 @@ def build_files(n: int, seed: int = 7) -> pa.Table:
         hi_name = f"customer-{rng.randint(0, 99999):05d}"
         lo_ts = start.strftime("%Y-%m-%dT%H:%M:%S.000Z")
         hi_ts = end.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+        null_prices, null_names = rng.randint(0, 10), rng.randint(0, 10)
+        typed.append(
+            {
+                "numRecords": records,
+                "minValues": {
+                    "id": lo_id,
+                    "price": round(lo_price, 2),
+                    "name": lo_name,
+                    "ts": start,
+                },
+                "maxValues": {
+                    "id": lo_id + records - 1,
+                    "price": round(hi_price, 2),
+                    "name": hi_name,
+                    "ts": end,
+                },
+                "nullCount": {"id": 0, "price": null_prices, "name": null_names, "ts": 0},
+            }
+        )
         stats.append(
             f'{{"numRecords":{records},'
             f'"minValues":{{"id":{lo_id},"price":{lo_price:.2f},"name":"{lo_name}","ts":"{lo_ts}"}},'
             f'"maxValues":{{"id":{lo_id + records - 1},"price":{hi_price:.2f},'
             f'"name":"{hi_name}","ts":"{hi_ts}"}},'
-            f'"nullCount":{{"id":0,"price":{rng.randint(0, 10)},"name":{rng.randint(0, 10)},'
+            f'"nullCount":{{"id":0,"price":{null_prices},"name":{null_names},'
             f'"ts":0}},"tightBounds":true}}'
         )
     days = [(FIRST_DAY + dt.timedelta(days=d)).isoformat() for d in range(DAYS)]
@@ -104,7 +149,8 @@ def build_files(n: int, seed: int = 7) -> pa.Table:
     for field in ADD_SCHEMA:
         if field.name not in columns:
             columns[field.name] = pa.nulls(n, field.type)
-    return pa.table(columns, schema=ADD_SCHEMA)
+    columns[STATS_PARSED] = pa.array(typed, TYPED_STATS)
+    return pa.table(columns, schema=ADD_SCHEMA.append(pa.field(STATS_PARSED, TYPED_STATS)))
 
 
 def timed(label: str, fn: Callable[[], pa.Table | int], repeat: int) -> None:
@@ -148,10 +194,12 @@ def main() -> None:
     args = parser.parse_args()
 
     start = time.perf_counter()
-    files = build_files(args.files)
+    typed_files = build_files(args.files)
+    files = typed_files.drop_columns([STATS_PARSED])  # JSON statistics only
     print(
         f"built {files.num_rows:,} files in {time.perf_counter() - start:.1f} s "
-        f"(stats JSON {files.column('stats').nbytes / 1e6:.0f} MB)"
+        f"(stats JSON {files.column('stats').nbytes / 1e6:.0f} MB); "
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
     )
     day = (FIRST_DAY + dt.timedelta(days=100)).isoformat()
     partition_hint = json.dumps(
@@ -186,6 +234,16 @@ def main() -> None:
         }
     )
 
+    ts_hint = json.dumps(
+        {
+            "op": "greaterThan",
+            "children": [
+                {"op": "column", "name": "ts", "valueType": "timestamp"},
+                {"op": "literal", "value": "2024-06-01T00:00:00Z", "valueType": "timestamp"},
+            ],
+        }
+    )
+
     def run(hint: str | None, sql: list[str] | None, cache: StatsCache) -> pa.Table:
         return run_on(files, hint, cache, sql)
 
@@ -211,7 +269,12 @@ def main() -> None:
     sql = [f"date = '{day}'", "region = 'eu-west'"]
     timed("partition predicate (SQL hints)", lambda: run(None, sql, StatsCache()), args.repeat)
     timed(
-        "stats predicate (id = v), cold: stats JSON parsed",
+        "stats predicate (id = v), cold, typed stats (stats_parsed)",
+        lambda: run_on(typed_files, stats_hint, StatsCache()),
+        args.repeat,
+    )
+    timed(
+        "  same, cold, JSON stats only: parsed (baseline)",
         lambda: run(stats_hint, None, StatsCache()),
         args.repeat,
     )
@@ -223,21 +286,22 @@ def main() -> None:
         lambda: run(both_hint, None, StatsCache()),
         args.repeat,
     )
+    timed(
+        "stats predicate (ts > t), cold, typed stats",
+        lambda: run_on(typed_files, ts_hint, StatsCache()),
+        args.repeat,
+    )
+    timed(
+        "  same, cold, JSON stats only: parsed (baseline)",
+        lambda: run(ts_hint, None, StatsCache()),
+        args.repeat,
+    )
     warm = StatsCache()
     run(stats_hint, None, warm)
     timed(
         "stats predicate (id = v), warm: parsed stats cached",
         lambda: run(stats_hint, None, warm),
         args.repeat,
-    )
-    ts_hint = json.dumps(
-        {
-            "op": "greaterThan",
-            "children": [
-                {"op": "column", "name": "ts", "valueType": "timestamp"},
-                {"op": "literal", "value": "2024-06-01T00:00:00Z", "valueType": "timestamp"},
-            ],
-        }
     )
     run(ts_hint, None, warm)
     timed("stats predicate (ts > t), warm", lambda: run(ts_hint, None, warm), args.repeat)

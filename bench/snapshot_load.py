@@ -7,15 +7,22 @@ commits, then measures, each in a fresh subprocess so timings are cold and peak 
 
 - ours: `DeltaTable(path).snapshot()`
 - deltalake: `DeltaTable(path)` + `get_add_actions()`
+- ours with a snapshot store (deltalog.snapshot_store, in /dev/shm by default): the first
+  process streams the checkpoint into the store file and maps it ("building the store"),
+  later ones map the file after one listing ("restart"), with and without the checksum
+  pass over the file
 - ours, incremental: a warm snapshot, one more commit appended, `snapshot()` again
 
-Usage: python bench/snapshot_load.py [--files N] [--commits N] [--keep DIR]
+Usage: python bench/snapshot_load.py [--files N] [--commits N] [--keep DIR] [--runs N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -204,40 +211,68 @@ def append_commit(root: Path, version: int, files: int) -> None:
 # -- measurements, each run in a fresh interpreter -----------------------------------
 
 # Each script prints: load seconds (after imports), total seconds (with imports), peak
-# RSS in KiB, number of active files. Imports are timed apart because importing pyarrow
-# here also imports pandas (installed for the test clients), about 0.7 s that has
-# nothing to do with reading a log.
+# RSS in KiB, number of active files, private memory after the load in KiB (pages no other
+# process maps: a mapped snapshot store file is shared page cache), RSS after imports in
+# KiB. Imports are timed apart because importing pyarrow here also imports pandas
+# (installed for the test clients), about 0.7 s and 40 MB that have nothing to do with
+# reading a log.
 
-_OURS = """
-import resource, sys, time
-t00 = time.perf_counter()
-from deltalog import DeltaTable
-import pyarrow as pa; pa.array([0])
-t0 = time.perf_counter()
-snap = DeltaTable(sys.argv[1]).snapshot()
-n = snap.num_files
-t1 = time.perf_counter()
-print(t1 - t0, t1 - t00, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, n)
+_MEMORY = """
+def _private_kib():
+    fields = dict(l.split(":", 1) for l in open("/proc/self/smaps_rollup").read().splitlines()[1:])
+    return sum(int(fields[k].split()[0]) for k in ("Private_Clean", "Private_Dirty"))
+def _rss_kib():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0])
+def _peak_kib():
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so a child would report
+    # at least the RSS of the bench process that started it.
+    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
 """
 
-_DELTALAKE = """
-import resource, sys, time
+_OURS = (
+    _MEMORY
+    + """
+import sys, time
+t00 = time.perf_counter()
+from deltalog import DeltaTable, SnapshotStore
+import pyarrow as pa; pa.array([0])
+imported = _rss_kib()
+store = SnapshotStore(sys.argv[2], verify=sys.argv[3] == "1") if sys.argv[2] != "-" else None
+t0 = time.perf_counter()
+snap = DeltaTable(sys.argv[1], snapshot_store=store).snapshot()
+n = snap.num_files
+t1 = time.perf_counter()
+peak = _peak_kib()
+print(t1 - t0, t1 - t00, peak, n, _private_kib(), imported)
+"""
+)
+
+_DELTALAKE = (
+    _MEMORY
+    + """
+import sys, time
 t00 = time.perf_counter()
 import deltalake
+imported = _rss_kib()
 t0 = time.perf_counter()
 dt = deltalake.DeltaTable(sys.argv[1])
 actions = dt.get_add_actions()
 n = actions.num_rows if hasattr(actions, "num_rows") else len(actions)
 t1 = time.perf_counter()
-print(t1 - t0, t1 - t00, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, n)
+peak = _peak_kib()
+print(t1 - t0, t1 - t00, peak, n, _private_kib(), imported)
 """
+)
 
-_INCREMENTAL = """
-import resource, sys, time
+_INCREMENTAL = (
+    _MEMORY
+    + """
+import sys, time
 sys.path.insert(0, sys.argv[3])
 from snapshot_load import append_commit
 from deltalog import DeltaTable
 from pathlib import Path
+imported = _rss_kib()
 table = DeltaTable(sys.argv[1])
 before = table.snapshot()
 append_commit(Path(sys.argv[1]), before.version + 1, int(sys.argv[2]))
@@ -245,22 +280,42 @@ t0 = time.perf_counter()
 after = table.snapshot()
 elapsed = time.perf_counter() - t0
 assert after.version == before.version + 1
-print(elapsed, elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, after.num_files)
+peak = _peak_kib()
+print(elapsed, elapsed, peak, after.num_files, _private_kib(), imported)
 """
+)
+
+Run = tuple[float, float, int, int, int, int]
 
 
-def _run(script: str, *args: str) -> tuple[float, float, int, int]:
+def _run(script: str, *args: str) -> Run:
     out = subprocess.run(
         [sys.executable, "-c", script, *args], check=True, capture_output=True, text=True
     ).stdout.split()
-    return float(out[0]), float(out[1]), int(out[2]), int(out[3])
+    return (float(out[0]), float(out[1]), int(out[2]), int(out[3]), int(out[4]), int(out[5]))
 
 
-def _report(label: str, runs: list[tuple[float, float, int, int]]) -> None:
-    load = min(r[0] for r in runs)
+def _report(label: str, runs: list[Run], baseline_peak: float | None = None) -> float:
+    """One line: median and best load time, best with imports, median peak RSS (and its
+    ratio to the baseline's), median private memory and RSS after imports; returns the
+    median peak in MB."""
+    load = statistics.median(r[0] for r in runs)
+    best = min(r[0] for r in runs)
     total = min(r[1] for r in runs)
-    rss = max(r[2] for r in runs) / 1024
-    print(f"{label:<30}{load:>10.3f}{total:>11.3f}{rss:>11.0f}{runs[-1][3]:>11,}")
+    peak = statistics.median(r[2] for r in runs) / 1024
+    private = statistics.median(r[4] for r in runs) / 1024
+    imported = statistics.median(r[5] for r in runs) / 1024
+    ratio = f"{peak / baseline_peak:.2f}x" if baseline_peak else "-"
+    print(
+        f"{label:<40}{load:>9.3f}{best:>8.3f}{total:>9.3f}{peak:>8.0f}{ratio:>7}"
+        f"{private:>9.0f}{imported:>9.0f}{runs[-1][3]:>11,}"
+    )
+    return peak
+
+
+def _load_average() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
 
 
 def main() -> None:
@@ -269,6 +324,12 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=100)
     parser.add_argument("--keep", type=Path, help="write the table here and keep it")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--store-dir",
+        type=Path,
+        default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
+        help="where the snapshot store cases keep their files (default /dev/shm)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -278,15 +339,38 @@ def main() -> None:
             write_table(root, args.files, args.commits)
             took = time.perf_counter() - t0
             print(f"generated {args.files:,} files + {args.commits} commits in {took:.1f} s")
+        store = Path(tempfile.mkdtemp(prefix="lakeshare-bench-store-", dir=args.store_dir))
         bench_dir = str(Path(__file__).resolve().parent)
-        print(f"{'':<30}{'load (s)':>10}{'+imports':>11}{'peak MB':>11}{'files':>11}")
-        _report("lakeshare cold snapshot", [_run(_OURS, str(root)) for _ in range(args.runs)])
-        _report(
-            "deltalake open+add actions", [_run(_DELTALAKE, str(root)) for _ in range(args.runs)]
+        print(f"before: {_load_average()}; {args.runs} runs each, each in a fresh process")
+        print(
+            f"{'':<40}{'load s':>9}{'best':>8}{'+imports':>9}{'peak MB':>8}{'vs dl':>7}"
+            f"{'priv. MB':>9}{'imp. MB':>9}{'files':>11}"
         )
+        runs = [_run(_DELTALAKE, str(root)) for _ in range(args.runs)]
+        baseline = _report("deltalake open+add actions (baseline)", runs)
+        runs = [_run(_OURS, str(root), "-", "1") for _ in range(args.runs)]
+        _report("lakeshare cold snapshot, in memory", runs, baseline)
+
+        def cold_with_store() -> Run:
+            shutil.rmtree(store, ignore_errors=True)
+            return _run(_OURS, str(root), str(store), "1")
+
+        runs = [cold_with_store() for _ in range(args.runs)]
+        _report("lakeshare cold, building the store", runs, baseline)
+        runs = [_run(_OURS, str(root), str(store), "1") for _ in range(args.runs)]
+        _report("lakeshare restart, store file mapped", runs, baseline)
+        runs = [_run(_OURS, str(root), str(store), "0") for _ in range(args.runs)]
+        _report("  same, checksum not verified", runs, baseline)
+        shutil.rmtree(store, ignore_errors=True)
         # Last, because each run appends one more commit to the table.
         runs = [_run(_INCREMENTAL, str(root), str(args.files), bench_dir) for _ in range(args.runs)]
-        _report("lakeshare refresh, +1 commit", runs)
+        _report("lakeshare refresh, +1 commit", runs, baseline)
+        print(f"after: {_load_average()}")
+        print(
+            "load s: median; best: best load; +imports: best with imports; peak MB: median "
+            "peak RSS (vs dl: ratio to deltalake's); priv. MB: private memory after the load "
+            "(a mapped store file is shared, not private); imp. MB: RSS after imports"
+        )
 
 
 if __name__ == "__main__":

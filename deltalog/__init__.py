@@ -13,6 +13,7 @@ from deltalog.errors import (
     VersionNotFoundError,
 )
 from deltalog.snapshot import Snapshot
+from deltalog.snapshot_store import SnapshotStore
 from deltalog.table import DeltaTable
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "MissingLogFileError",
     "Protocol",
     "Snapshot",
+    "SnapshotStore",
     "StorageError",
     "TableNotFoundError",
     "TimestampOutOfRangeError",

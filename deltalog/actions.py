@@ -51,6 +51,14 @@ ADD_SCHEMA = pa.schema(
     ]
 )
 
+# A snapshot's files may carry one more column after the ADD_SCHEMA ones: the typed
+# statistics a checkpoint stores as `add.stats_parsed` (written with
+# `delta.checkpoint.writeStatsAsStruct`), kept as they were read: a struct of
+# `numRecords`, `minValues`, `maxValues`, `nullCount` (physical column names, the
+# checkpoint's types). Rows that came from JSON commits have it null; `stats` (JSON)
+# remains the one form every row has.
+STATS_PARSED = "stats_parsed"
+
 REMOVE_SCHEMA = pa.schema(
     [
         pa.field("path", pa.string(), nullable=False),

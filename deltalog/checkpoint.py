@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -22,10 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, Metadata, Protocol
+from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, STATS_PARSED, Metadata, Protocol
 from deltalog.commits import LOG_DIR, file_actions_table, json_actions, metadata_from_action
 from deltalog.errors import CorruptLogError, MissingLogFileError
 from deltalog.log_segment import Checkpoint
+from deltalog.null_columns import null_array, nullify
 from deltalog.parsed_columns import partition_values_map, stats_json
 from deltalog.storage.base import FileInfo, Storage
 
@@ -71,8 +73,8 @@ class CheckpointState:
 
 
 @dataclass
-class _Part:
-    """What one parquet/JSON checkpoint file contributed."""
+class CheckpointPart:
+    """What one row group of a checkpoint file (or a whole JSON manifest) holds."""
 
     adds: list[pa.Table] = field(default_factory=list)
     removes: list[pa.Table] = field(default_factory=list)
@@ -81,20 +83,175 @@ class _Part:
 
 def read_checkpoint(storage: Storage, table_root: str, checkpoint: Checkpoint) -> CheckpointState:
     """Read every file of `checkpoint` (and its sidecars) into one CheckpointState."""
-    version = checkpoint.version
-    if checkpoint.format == "json":
-        parts = [_read_json_manifest(storage, checkpoint.files[0], version)]
-    else:
-        parts = _parallel(
-            lambda f: _read_parquet_actions(storage, f.key, version), checkpoint.files
-        )
-    sidecars = [s for p in parts for s in p.non_file.get("sidecar", [])]
-    if sidecars:
+    reader = CheckpointReader(storage, table_root, checkpoint)
+    return reader.combine(list(reader.parts()))
+
+
+class CheckpointReader:
+    """A checkpoint whose files are opened (parquet footers, a V2 manifest) but whose rows
+    are not read yet. What its add rows will look like is known up front (`adds_schema`,
+    `absent`); `parts()` then reads them row group by row group, in order, a few groups
+    at a time, so a caller may consume a large checkpoint without ever holding it whole
+    (deltalog.snapshot_store streams it into a file that way)."""
+
+    def __init__(self, storage: Storage, table_root: str, checkpoint: Checkpoint) -> None:
+        self.storage = storage
+        self.version = checkpoint.version
+        self._head: list[CheckpointPart] = []  # parts read up front: a V2 manifest
+        opened: list[tuple[str, pq.ParquetFile, bool]] = []  # (key, footer, files only)
+        if checkpoint.format == "json":
+            self._head.append(_read_json_manifest(storage, checkpoint.files[0], self.version))
+        else:
+            keys = [f.key for f in checkpoint.files]
+            footers = _parallel(lambda k: _open_parquet(storage, k), keys)
+            for key, pf in zip(keys, footers, strict=True):
+                if "sidecar" in pf.schema_arrow.names:
+                    # A V2 manifest (whatever its name): read now, it lists the sidecars.
+                    tasks = self._group_tasks(key, pf, files_only=False)
+                    self._head += list(_in_order(tasks, 1))
+                else:
+                    opened.append((key, pf, False))
+        sidecars = [s for p in self._head for s in p.non_file.get("sidecar", [])]
         keys = [_sidecar_key(storage, table_root, s) for s in sidecars]
-        parts += _parallel(
-            lambda k: _read_parquet_actions(storage, k, version, files_only=True), keys
+        footers = _parallel(lambda k: _open_parquet(storage, k), keys)
+        opened += [(k, pf, True) for k, pf in zip(keys, footers, strict=True)]
+        self._files = opened
+        self.adds_schema, self.absent = self._plan()
+
+    def _plan(self) -> tuple[pa.Schema, frozenset[str]]:
+        """The schema every part's adds are given (ADD_SCHEMA, plus the typed statistics
+        when the files agree on their type: files without them get nulls, and when files
+        disagree none keeps them, the JSON `stats` serving every row either way), and the
+        ADD_SCHEMA fields no row can fill (absent from every file)."""
+        structs = [
+            pf.schema_arrow.field("add").type
+            for _, pf, _ in self._files
+            if "add" in pf.schema_arrow.names
+            and pa.types.is_struct(pf.schema_arrow.field("add").type)
+        ]
+        typed = {f.type for f in map(_typed_stats_field, structs) if f is not None}
+        typed |= {
+            t.schema.field(STATS_PARSED).type
+            for p in self._head
+            for t in p.adds
+            if STATS_PARSED in t.column_names
+        }
+        schema = (
+            ADD_SCHEMA.append(pa.field(STATS_PARSED, typed.pop()))
+            if len(typed) == 1
+            else ADD_SCHEMA
         )
-    return _combine(parts, version)
+        present = {f.name for st in structs for f in st}
+        present |= {
+            name
+            for p in self._head
+            for t in p.adds
+            for name in t.column_names
+            if t.column(name).null_count < t.num_rows
+        }
+        if "stats_parsed" in present:
+            present.add("stats")
+        if "partitionValues_parsed" in present:
+            present.add("partitionValues")
+        fillable = {"path", "version", STATS_PARSED}
+        absent = frozenset(f.name for f in ADD_SCHEMA if f.name not in present | fillable)
+        return schema, absent
+
+    def parts(self) -> Iterator[CheckpointPart]:
+        """The file actions (and other actions) row group by row group, in file order."""
+        for part in self._head:
+            yield self._conformed(part)
+        tasks = [
+            task
+            for key, pf, files_only in self._files
+            for task in self._group_tasks(key, pf, files_only=files_only)
+        ]
+        workers = max(1, min(_ROW_GROUP_WORKERS, os.cpu_count() or 1))
+        for part in _in_order(tasks, workers):
+            yield self._conformed(part)
+
+    def _group_tasks(
+        self, key: str, pf: pq.ParquetFile, *, files_only: bool
+    ) -> list[Callable[[], CheckpointPart]]:
+        schema = pf.schema_arrow
+        names = set(schema.names)
+        columns: list[str] = []
+        for kind, wanted in (("add", ADD_SCHEMA), ("remove", REMOVE_SCHEMA)):
+            if kind in names and pa.types.is_struct(schema.field(kind).type):
+                st = schema.field(kind).type
+                columns += [f"{kind}.{n}" for n in _subfields(st, wanted)]
+                if kind == "add" and _typed_stats_field(st) is not None:
+                    columns.append(f"add.{STATS_PARSED}")
+        if not files_only:
+            columns += [n for n in _NON_FILE_ACTIONS if n in names]
+        if not columns:
+            return []
+        name = posixpath.basename(key)
+        metadata = pf.metadata
+
+        def task(group: int) -> Callable[[], CheckpointPart]:
+            def run() -> CheckpointPart:
+                # The first group through the opened file, the others each through a
+                # handle of their own (footer parsed once), so groups can be read
+                # concurrently; the transient unfiltered data is one group's.
+                own = (
+                    pf
+                    if group == 0
+                    else pq.ParquetFile(self.storage.open_input_file(key), metadata=metadata)
+                )
+                return _read_group(own, group, columns, self.version, name)
+
+            return run
+
+        return [task(g) for g in range(pf.num_row_groups)]
+
+    def _conformed(self, part: CheckpointPart) -> CheckpointPart:
+        part.adds = [_conform_adds(t, self.adds_schema) for t in part.adds if t.num_rows]
+        part.removes = [t for t in part.removes if t.num_rows]
+        return part
+
+    def combine(self, parts: list[CheckpointPart]) -> CheckpointState:
+        """The CheckpointState of all `parts` (those of `parts()`, file actions included
+        or already consumed)."""
+        adds = [t for p in parts for t in p.adds]
+        removes = [t for p in parts for t in p.removes]
+        state = CheckpointState(
+            version=self.version,
+            adds=pa.concat_tables(adds) if adds else self.adds_schema.empty_table(),
+            removes=pa.concat_tables(removes) if removes else REMOVE_SCHEMA.empty_table(),
+        )
+        _fold_non_file(parts, state)
+        return state
+
+
+def _conform_adds(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A part's adds in the checkpoint-wide `schema` (see CheckpointReader._plan)."""
+    if table.schema.equals(schema):
+        return table
+    if STATS_PARSED in table.column_names:
+        table = table.drop_columns([STATS_PARSED])
+    if STATS_PARSED in schema.names:
+        typed = schema.field(STATS_PARSED)
+        table = table.append_column(typed, null_array(typed.type, table.num_rows))
+    return table
+
+
+def _in_order(tasks: Sequence[Callable[[], _R]], workers: int) -> Iterator[_R]:
+    """The tasks' results in order, with `workers` tasks under way: the next one starts
+    when the consumer is done with a result, so at most `workers` results exist at once
+    (the one being consumed included)."""
+    if workers <= 1 or len(tasks) <= 1:
+        for each in tasks:
+            yield each()
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending: deque[Future[_R]] = deque(pool.submit(t) for t in tasks[:workers])
+        following = iter(tasks[workers:])
+        while pending:
+            yield pending.popleft().result()
+            task = next(following, None)
+            if task is not None:
+                pending.append(pool.submit(task))
 
 
 def _parallel(fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
@@ -133,63 +290,19 @@ def _subfields(struct_type: pa.StructType, wanted: pa.Schema) -> list[str]:
     return [f.name for f in wanted if f.name in present]
 
 
-def _read_parquet_actions(
-    storage: Storage, key: str, version: int, *, files_only: bool = False
-) -> _Part:
-    pf = _open_parquet(storage, key)
-    schema = pf.schema_arrow
-    names = set(schema.names)
-    columns: list[str] = []
-    for kind, wanted in (("add", ADD_SCHEMA), ("remove", REMOVE_SCHEMA)):
-        if kind in names and pa.types.is_struct(schema.field(kind).type):
-            st = schema.field(kind).type
-            columns += [f"{kind}.{n}" for n in _subfields(st, wanted)]
-    if not files_only:
-        columns += [n for n in _NON_FILE_ACTIONS if n in names]
-    name = posixpath.basename(key)
-    if not columns:
-        return _Part()
-    # One row group at a time: the transient (unfiltered) Arrow data stays bounded by a
-    # row group per worker, and each group's file actions become their own chunk. Workers
-    # take interleaved groups, each through its own file handle (footer parsed once).
-    groups = pf.num_row_groups
-    workers = max(1, min(_ROW_GROUP_WORKERS, os.cpu_count() or 1, groups))
-    if workers == 1:
-        results = [_read_group(pf, g, columns, version, name) for g in range(groups)]
-    else:
-        metadata = pf.metadata
-
-        def run(worker: int) -> list[tuple[int, _Part]]:
-            own = pq.ParquetFile(storage.open_input_file(key), metadata=metadata)
-            return [
-                (g, _read_group(own, g, columns, version, name))
-                for g in range(worker, groups, workers)
-            ]
-
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            done = [r for rs in pool.map(run, range(workers)) for r in rs]
-        results = [p for _, p in sorted(done, key=lambda gp: gp[0])]
-    part = _Part()
-    for r in results:
-        part.adds += r.adds
-        part.removes += r.removes
-        for kind, actions in r.non_file.items():
-            part.non_file.setdefault(kind, []).extend(actions)
-    return part
-
-
 def _read_group(
     pf: pq.ParquetFile, group: int, columns: list[str], version: int, name: str
-) -> _Part:
+) -> CheckpointPart:
     try:
         table = pf.read_row_group(group, columns=columns, use_threads=True)
     except (pa.ArrowInvalid, OSError) as exc:
         raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
-    part = _Part()
+    part = CheckpointPart()
     if "add" in table.column_names:
         part.adds.append(_adds(pf, group, table.column("add"), version, name))
     if "remove" in table.column_names:
-        part.removes.append(_file_actions(table.column("remove"), REMOVE_SCHEMA, version))
+        removes = _valid_rows(table.column("remove"), "remove")
+        part.removes.append(_file_actions(removes, REMOVE_SCHEMA, version))
     for kind in _NON_FILE_ACTIONS:
         if kind in table.column_names:
             part.non_file[kind] = _small_actions(table.column(kind), kind)
@@ -197,6 +310,8 @@ def _read_group(
 
 
 def _valid_rows(col: pa.ChunkedArray, kind: str) -> pa.Array:
+    """The rows of `col` that hold an action of `kind`. They are usually one run (a
+    checkpoint writes each kind of action together), which is sliced, not copied."""
     arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     key = _KEY_FIELD[kind]
     if key not in {f.name for f in arr.type}:
@@ -204,6 +319,12 @@ def _valid_rows(col: pa.ChunkedArray, kind: str) -> pa.Array:
     mask = pc.is_valid(pc.struct_field(arr, [arr.type.get_field_index(key)]))
     if arr.null_count:
         mask = pc.and_(mask, arr.is_valid())
+    count = mask.true_count
+    if count == 0:
+        return arr.slice(0, 0)
+    first = pc.index(mask, True).as_py()
+    if mask.slice(first, count).true_count == count:
+        return arr.slice(first, count)
     return arr.filter(mask)
 
 
@@ -230,9 +351,9 @@ def _conform(arr: pa.Array, target: pa.DataType) -> pa.Array:
 
 
 def _file_actions(
-    col: pa.ChunkedArray, schema: pa.Schema, version: int, **extra: pa.Array
+    arr: pa.StructArray, schema: pa.Schema, version: int, **extra: pa.Array
 ) -> pa.Table:
-    arr = _valid_rows(col, "add" if schema is ADD_SCHEMA else "remove")
+    """The valid rows `arr` of a checkpoint's add/remove column in the contract schema."""
     n = len(arr)
     present = {f.name: i for i, f in enumerate(arr.type)}
     columns = []
@@ -240,56 +361,62 @@ def _file_actions(
         if f.name == "version":
             columns.append(pa.array(np.full(n, version, dtype=np.int64)))
         elif f.name in extra:
-            columns.append(_conform(extra[f.name], f.type))
+            columns.append(nullify(_conform(extra[f.name], f.type)))
         elif f.name in present:
-            columns.append(_conform(pc.struct_field(arr, [present[f.name]]), f.type))
+            columns.append(nullify(_conform(pc.struct_field(arr, [present[f.name]]), f.type)))
         else:
-            columns.append(pa.nulls(n, f.type))
+            # Columns no row fills take no memory (see deltalog.null_columns).
+            columns.append(null_array(f.type, n))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _typed_stats_field(add_type: pa.StructType) -> pa.Field | None:
+    """The checkpoint's `add.stats_parsed` field when it is a usable struct."""
+    index = add_type.get_field_index(STATS_PARSED)
+    if index < 0 or not pa.types.is_struct(add_type.field(index).type):
+        return None
+    return add_type.field(index)
 
 
 def _adds(
     pf: pq.ParquetFile, group: int, col: pa.ChunkedArray, version: int, name: str
 ) -> pa.Table:
-    """Add rows, falling back to `stats_parsed` / `partitionValues_parsed` where the string
-    forms are missing."""
+    """Add rows, with the typed statistics (`stats_parsed`) as a column of their own when
+    the checkpoint has them, and the string forms made from the typed ones
+    (`stats_parsed`, `partitionValues_parsed`) where missing."""
     st = pf.schema_arrow.field("add").type
     fields = {f.name for f in st}
     arr = _valid_rows(col, "add")
     extra: dict[str, pa.Array] = {}
-    need_stats = "stats_parsed" in fields and (
-        "stats" not in fields
-        or pc.struct_field(arr, [arr.type.get_field_index("stats")]).null_count
-    )
+    typed = None
+    if _typed_stats_field(st) is not None:
+        typed = pc.struct_field(arr, [arr.type.get_field_index(STATS_PARSED)])
+        json_stats = (
+            pc.struct_field(arr, [arr.type.get_field_index("stats")]) if "stats" in fields else None
+        )
+        if json_stats is None or json_stats.null_count:
+            made = stats_json(typed)
+            extra["stats"] = made if json_stats is None else pc.coalesce(json_stats, made)
     need_pv = "partitionValues_parsed" in fields and (
         "partitionValues" not in fields
         or pc.struct_field(arr, [arr.type.get_field_index("partitionValues")]).null_count
     )
-    if need_stats or need_pv:
-        wanted = ["add.path"]
-        wanted += ["add.stats_parsed"] if need_stats else []
-        wanted += ["add.partitionValues_parsed"] if need_pv else []
+    if need_pv:
+        wanted = ["add.path", "add.partitionValues_parsed"]
         try:
             parsed = _valid_rows(pf.read_row_group(group, columns=wanted).column("add"), "add")
         except (pa.ArrowInvalid, OSError) as exc:
             raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
-        if need_stats:
-            made = stats_json(
-                pc.struct_field(parsed, [parsed.type.get_field_index("stats_parsed")])
-            )
-            if "stats" in fields:
-                made = pc.coalesce(pc.struct_field(arr, [arr.type.get_field_index("stats")]), made)
-            extra["stats"] = made
-        if need_pv:
-            pv_parsed = pc.struct_field(
-                parsed, [parsed.type.get_field_index("partitionValues_parsed")]
-            )
-            made = partition_values_map(pv_parsed)
-            if "partitionValues" in fields:
-                original = pc.struct_field(arr, [arr.type.get_field_index("partitionValues")])
-                made = pc.if_else(original.is_valid(), pc.cast(original, made.type), made)
-            extra["partitionValues"] = made
-    return _file_actions(pa.chunked_array([arr]), ADD_SCHEMA, version, **extra)
+        pv_parsed = pc.struct_field(parsed, [parsed.type.get_field_index("partitionValues_parsed")])
+        made = partition_values_map(pv_parsed)
+        if "partitionValues" in fields:
+            original = pc.struct_field(arr, [arr.type.get_field_index("partitionValues")])
+            made = pc.if_else(original.is_valid(), pc.cast(original, made.type), made)
+        extra["partitionValues"] = made
+    adds = _file_actions(arr, ADD_SCHEMA, version, **extra)
+    if typed is not None:
+        adds = adds.append_column(pa.field(STATS_PARSED, typed.type), typed)
+    return adds
 
 
 def _strip_nulls(value: Any) -> Any:
@@ -306,13 +433,13 @@ def _small_actions(col: pa.ChunkedArray, kind: str) -> list[dict[str, Any]]:
     return [_strip_nulls(r) for r in rows.to_pylist(maps_as_pydicts="lossy")]
 
 
-def _read_json_manifest(storage: Storage, info: FileInfo, version: int) -> _Part:
+def _read_json_manifest(storage: Storage, info: FileInfo, version: int) -> CheckpointPart:
     name = posixpath.basename(info.key)
     try:
         data = storage.read(info.key)
     except FileNotFoundError as exc:
         raise MissingLogFileError(f"checkpoint file {name} is missing") from exc
-    part = _Part()
+    part = CheckpointPart()
     rows: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
     for _, action in json_actions(data, name):
         for kind, body in action.items():
@@ -326,14 +453,9 @@ def _read_json_manifest(storage: Storage, info: FileInfo, version: int) -> _Part
     return part
 
 
-def _combine(parts: list[_Part], version: int) -> CheckpointState:
-    adds = [t for p in parts for t in p.adds]
-    removes = [t for p in parts for t in p.removes]
-    state = CheckpointState(
-        version=version,
-        adds=pa.concat_tables(adds) if adds else ADD_SCHEMA.empty_table(),
-        removes=pa.concat_tables(removes) if removes else REMOVE_SCHEMA.empty_table(),
-    )
+def _fold_non_file(parts: Iterable[CheckpointPart], state: CheckpointState) -> None:
+    """Protocol, metadata, transactions and domain metadata of the parts, into `state`."""
+    version = state.version
     try:
         for p in parts:
             for action in p.non_file.get("protocol", []):
@@ -353,4 +475,3 @@ def _combine(parts: list[_Part], version: int) -> CheckpointState:
         raise CorruptLogError(
             f"checkpoint for version {version} declares version {cp_version} in checkpointMetadata"
         )
-    return state

@@ -7,8 +7,10 @@ snapshot) and applies a few commits on top:
 
 - the commits' actions are small: their winners are found with a group-by;
 - the base is only probed with `is_in` against the handful of keys the commits touch,
-  and only filtered when something actually matched, so appending one commit to a
-  million-file snapshot costs two hash probes over the base keys and no copies.
+  and only the chunks holding a match are filtered, so appending one commit to a
+  million-file snapshot costs two hash probes over the base keys and no copies of it;
+- rows are kept in a bounded number of chunks (deltalog.file_chunks), so a snapshot that
+  followed a thousand commits is as cheap to use as one loaded afresh.
 
 Within one commit, a remove and an add of the same key (which the protocol does not allow)
 resolve in favour of the add.
@@ -23,10 +25,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, CommitActions
+from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, STATS_PARSED, CommitActions
+from deltalog.file_chunks import FileChunks
+from deltalog.null_columns import null_array
 
 _KEY_SEP = "\x00"
-KEY_CHUNK = 16_384
 
 
 def dv_unique_id(dv: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -40,7 +43,7 @@ def dv_unique_id(dv: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     return pc.if_else(pc.is_valid(dv), uid, pa.scalar(None, pa.string()))
 
 
-def _canonical_paths(path: pa.ChunkedArray) -> pa.ChunkedArray:
+def _canonical_paths(path: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """`file:/x` and `file:///x` name the same file as `/x`; everything else is kept as
     written (relative paths are compared as the raw, still-encoded strings)."""
     if len(path) == 0 or not pc.any(pc.starts_with(path, "file:")).as_py():
@@ -48,7 +51,7 @@ def _canonical_paths(path: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.replace_substring_regex(path, r"^file:(?://(?:localhost)?)?/", "/")
 
 
-def file_keys(table: pa.Table) -> pa.ChunkedArray:
+def file_keys(table: pa.Table | pa.RecordBatch) -> pa.Array | pa.ChunkedArray:
     """The reconciliation key of each row of an ADD_SCHEMA / REMOVE_SCHEMA table."""
     path = _canonical_paths(table.column("path"))
     dv = table.column("deletionVector")
@@ -59,90 +62,85 @@ def file_keys(table: pa.Table) -> pa.ChunkedArray:
     return pc.if_else(pc.is_valid(uid), joined, path)
 
 
-@dataclass(frozen=True)
-class FileState:
-    """Reconciled file actions: active adds and tombstones, with their keys cached so the
-    next incremental replay does not recompute them."""
-
-    files: pa.Table  # ADD_SCHEMA
-    tombstones: pa.Table  # REMOVE_SCHEMA
-    file_keys: pa.ChunkedArray
-    tombstone_keys: pa.ChunkedArray
-
-    @classmethod
-    def from_base(cls, adds: pa.Table, removes: pa.Table) -> FileState:
-        """A state from actions whose keys are already reconciled (e.g. a checkpoint)."""
-        adds, removes = adds.cast(ADD_SCHEMA), removes.cast(REMOVE_SCHEMA)
-        return cls(
-            adds,
-            removes,
-            _rechunk(_chunked(file_keys(adds))),
-            _rechunk(_chunked(file_keys(removes))),
-        )
-
-    @classmethod
-    def empty(cls) -> FileState:
-        return cls.from_base(ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table())
-
-
 def _chunked(arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
     return arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr])
 
 
-def _rechunk(keys: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Keys in chunks of at most KEY_CHUNK rows (zero-copy slices), so that a commit
-    removing a few files only copies the chunks that hold them."""
-    if all(len(c) <= KEY_CHUNK for c in keys.chunks):
-        return keys
-    pieces = [c.slice(i, KEY_CHUNK) for c in keys.chunks for i in range(0, len(c), KEY_CHUNK)]
-    return pa.chunked_array(pieces, keys.type)
+def files_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of a snapshot's files: ADD_SCHEMA, plus the typed statistics column when
+    `schema` (a checkpoint's adds) carries one."""
+    if STATS_PARSED in schema.names:
+        return ADD_SCHEMA.append(schema.field(STATS_PARSED))
+    return ADD_SCHEMA
 
 
-def _keep(
-    table: pa.Table, keys: pa.ChunkedArray, touched: pa.Array
-) -> tuple[pa.Table, pa.ChunkedArray]:
-    """Rows of `table` whose key is not in `touched`. Only the key chunks that contain a
-    match are filtered (copied); every other range of rows is kept as a zero-copy slice."""
-    if table.num_rows == 0 or len(touched) == 0:
-        return table, keys
-    hit = pc.is_in(keys, value_set=touched)
-    if not pc.any(hit).as_py():
-        return table, keys
-    pieces: list[pa.Table] = []
-    key_chunks: list[pa.Array] = []
-    offset = 0
-    run_start = 0  # start of the current run of untouched chunks
-    hit_all = hit.combine_chunks()  # (the result's chunking need not follow the keys')
-    for key_chunk in keys.chunks:
-        n = len(key_chunk)
-        hit_chunk = hit_all.slice(offset, n)
-        if hit_chunk.true_count:
-            if offset > run_start:
-                pieces.append(table.slice(run_start, offset - run_start))
-            keep = pc.invert(hit_chunk)
-            pieces.append(table.slice(offset, n).filter(keep))
-            key_chunks.append(key_chunk.filter(keep))
-            run_start = offset + n
-        else:
-            key_chunks.append(key_chunk)
-        offset += n
-    if offset > run_start:
-        pieces.append(table.slice(run_start, offset - run_start))
-    return pa.concat_tables(pieces), pa.chunked_array(key_chunks, keys.type)
+def conform_adds(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """ADD_SCHEMA rows (of a commit) in `schema`: columns it adds are null."""
+    if rows.schema.equals(schema):
+        return rows
+    for field in schema:
+        if field.name not in rows.column_names:
+            rows = rows.append_column(field, null_array(field.type, rows.num_rows))
+    return rows.select(schema.names).cast(schema)
 
 
-def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileState:
-    """The state after applying `commits` (ascending versions) on top of `base`."""
+@dataclass(frozen=True, eq=False)
+class FileState:
+    """Reconciled file actions: active adds and tombstones, each in bounded chunks with
+    their keys cached, so the next incremental replay does not recompute them."""
+
+    active: FileChunks  # files_schema(...)
+    removed: FileChunks  # REMOVE_SCHEMA
+
+    @property
+    def files(self) -> pa.Table:
+        return self.active.table
+
+    @property
+    def tombstones(self) -> pa.Table:
+        return self.removed.table
+
+    @property
+    def file_keys(self) -> pa.ChunkedArray:
+        return self.active.key_column
+
+    @property
+    def tombstone_keys(self) -> pa.ChunkedArray:
+        return self.removed.key_column
+
+    @classmethod
+    def from_base(cls, adds: pa.Table, removes: pa.Table) -> FileState:
+        """A state from actions whose keys are already reconciled (e.g. a checkpoint)."""
+        adds = adds.cast(files_schema(adds.schema))
+        removes = removes.cast(REMOVE_SCHEMA)
+        return cls(FileChunks.build(adds, file_keys), FileChunks.build(removes, file_keys))
+
+    @classmethod
+    def empty(cls) -> FileState:
+        return cls(FileChunks.empty(ADD_SCHEMA), FileChunks.empty(REMOVE_SCHEMA))
+
+
+@dataclass(frozen=True)
+class CommitWinners:
+    """What a run of commits does to any base: the keys it touches (to drop from the
+    base), and the adds and removes that win (newest action per key), in commit order."""
+
+    touched: pa.Array
+    adds: pa.Table | None  # ADD_SCHEMA
+    removes: pa.Table | None  # REMOVE_SCHEMA
+
+
+def commit_winners(commits: Sequence[CommitActions]) -> CommitWinners | None:
+    """The winners of `commits` (ascending versions); None when they hold no file action."""
     add_tables = [c.adds for c in commits if c.adds.num_rows]
     remove_tables = [c.removes for c in commits if c.removes.num_rows]
     if not add_tables and not remove_tables:
-        return base
+        return None
 
     # Positions give the replay order: per commit its removes, then its adds, in line order.
     key_parts: list[pa.ChunkedArray] = []
     pos_parts: list[np.ndarray] = []
     is_add_parts: list[np.ndarray] = []
-    row_parts: list[np.ndarray] = []
     pos = 0
     for c in commits:
         for table, is_add in ((c.removes, False), (c.adds, True)):
@@ -152,51 +150,38 @@ def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileStat
             key_parts.append(_chunked(file_keys(table)))
             pos_parts.append(np.arange(pos, pos + n, dtype=np.int64))
             is_add_parts.append(np.full(n, is_add))
-            row_parts.append(np.arange(n, dtype=np.int64))
             pos += n
     keys = pa.chunked_array([ch for part in key_parts for ch in part.chunks], pa.string())
     actions = pa.table({"key": keys, "pos": np.concatenate(pos_parts)})
     winners = actions.group_by("key", use_threads=False).aggregate([("pos", "max")])
     win_pos = winners.column("pos_max").to_numpy()
-    touched = winners.column("key").combine_chunks()
 
-    is_add = np.concatenate(is_add_parts)[win_pos]
+    all_is_add = np.concatenate(is_add_parts)
+    is_add = all_is_add[win_pos]
     # Row index of each winner within the concatenation of all add (resp. remove) tables.
-    add_offsets = np.cumsum(np.concatenate(is_add_parts)) - 1
-    rem_offsets = np.cumsum(~np.concatenate(is_add_parts)) - 1
-    add_rows = np.sort(add_offsets[win_pos[is_add]])
-    rem_rows = np.sort(rem_offsets[win_pos[~is_add]])
-    all_adds = pa.concat_tables(add_tables) if add_tables else ADD_SCHEMA.empty_table()
-    all_removes = pa.concat_tables(remove_tables) if remove_tables else REMOVE_SCHEMA.empty_table()
-    all_add_keys = pa.chunked_array(
-        [ch for part, a in zip(key_parts, is_add_parts, strict=True) if a[0] for ch in part.chunks],
-        pa.string(),
+    add_rows = np.sort((np.cumsum(all_is_add) - 1)[win_pos[is_add]])
+    rem_rows = np.sort((np.cumsum(~all_is_add) - 1)[win_pos[~is_add]])
+    adds = pa.concat_tables(add_tables).take(pa.array(add_rows)) if len(add_rows) else None
+    removes = (
+        pa.concat_tables(remove_tables).take(pa.array(rem_rows)).cast(REMOVE_SCHEMA)
+        if len(rem_rows)
+        else None
     )
-    all_rem_keys = pa.chunked_array(
-        [
-            ch
-            for part, a in zip(key_parts, is_add_parts, strict=True)
-            if not a[0]
-            for ch in part.chunks
-        ],
-        pa.string(),
-    )
+    return CommitWinners(winners.column("key").combine_chunks(), adds, removes)
 
-    files, fkeys = _keep(base.files, base.file_keys, touched)
-    tombs, tkeys = _keep(base.tombstones, base.tombstone_keys, touched)
-    if len(add_rows):
-        idx = pa.array(add_rows)
-        files = pa.concat_tables([files, all_adds.take(idx)])
-        fkeys = pa.chunked_array(
-            [*fkeys.chunks, all_add_keys.take(idx).combine_chunks()], pa.string()
-        )
-    if len(rem_rows):
-        idx = pa.array(rem_rows)
-        tombs = pa.concat_tables([tombs, all_removes.take(idx)])
-        tkeys = pa.chunked_array(
-            [*tkeys.chunks, all_rem_keys.take(idx).combine_chunks()], pa.string()
-        )
-    return FileState(files, tombs, fkeys, tkeys)
+
+def apply_commits(base: FileState, commits: Sequence[CommitActions]) -> FileState:
+    """The state after applying `commits` (ascending versions) on top of `base`."""
+    won = commit_winners(commits)
+    if won is None:
+        return base
+    active = base.active.without(won.touched)
+    removed = base.removed.without(won.touched)
+    if won.adds is not None:
+        active = active.appended(conform_adds(won.adds, active.schema), file_keys)
+    if won.removes is not None:
+        removed = removed.appended(won.removes, file_keys)
+    return FileState(active, removed)
 
 
 def replay(

@@ -65,11 +65,7 @@ class Snapshot:
         checkpoint_version: int | None = None,
         in_commit_timestamp: int | None = None,
     ) -> None:
-        if protocol is None:
-            raise CorruptLogError(f"no protocol action found in the log up to version {version}")
-        if metadata is None:
-            raise CorruptLogError(f"no metaData action found in the log up to version {version}")
-        check_reader_protocol(protocol)
+        protocol, metadata = require_readable(version, protocol, metadata)
         self.storage = storage
         self.table_root = table_root
         self.version = version
@@ -93,8 +89,19 @@ class Snapshot:
         return self._timestamp
 
     @property
+    def file_state(self) -> FileState:
+        """The files and tombstones in their chunks, with their keys (deltalog.replay)."""
+        return self._state
+
+    @property
+    def in_commit_timestamp(self) -> int | None:
+        """The in-commit timestamp the last commit of this version carried, if any."""
+        return self._in_commit_timestamp
+
+    @property
     def files(self) -> pa.Table:
-        """Active files (ADD_SCHEMA)."""
+        """Active files (ADD_SCHEMA, plus the typed `stats_parsed` column when the
+        checkpoint the snapshot was loaded from had one; see deltalog.actions)."""
         return self._state.files
 
     @property
@@ -128,7 +135,7 @@ class Snapshot:
             expected += 1
         txns = dict(self.txns)
         domains = dict(self.domain_metadata)
-        protocol, metadata = _fold_actions(commits, self.protocol, self.metadata, txns, domains)
+        protocol, metadata = fold_actions(commits, self.protocol, self.metadata, txns, domains)
         return Snapshot(
             storage=self.storage,
             table_root=self.table_root,
@@ -150,7 +157,20 @@ class Snapshot:
         )
 
 
-def _fold_actions(
+def require_readable(
+    version: int, protocol: Protocol | None, metadata: Metadata | None
+) -> tuple[Protocol, Metadata]:
+    """The protocol and metadata of a version, when there are both and this reader
+    supports the protocol (else CorruptLogError / UnsupportedFeatureError)."""
+    if protocol is None:
+        raise CorruptLogError(f"no protocol action found in the log up to version {version}")
+    if metadata is None:
+        raise CorruptLogError(f"no metaData action found in the log up to version {version}")
+    check_reader_protocol(protocol)
+    return protocol, metadata
+
+
+def fold_actions(
     commits: Sequence[CommitActions],
     protocol: Protocol | None,
     metadata: Metadata | None,
@@ -207,7 +227,7 @@ def load_snapshot(
         txns, domains, version = {}, {}, -1
         checkpoint_version = None
     commits = read_commits(storage, table_root, segment.commits, metadata)
-    protocol, metadata = _fold_actions(commits, protocol, metadata, txns, domains)
+    protocol, metadata = fold_actions(commits, protocol, metadata, txns, domains)
     in_commit_timestamp = None
     if commits:
         version, in_commit_timestamp = commits[-1].version, commits[-1].in_commit_timestamp

@@ -24,6 +24,7 @@ from deltalog.log_segment import (
     read_last_checkpoint,
 )
 from deltalog.snapshot import Snapshot, load_snapshot, read_commits
+from deltalog.snapshot_store import SnapshotStore, StoredTable
 from deltalog.storage import resolve
 from deltalog.storage.base import FileInfo, Storage
 
@@ -36,10 +37,18 @@ HISTORICAL_CACHE_SIZE = 4
 class DeltaTable:
     """A Delta table at `uri` (a local path or `file:` URI).
 
-    With an explicit `storage`, `uri` is the table root's key in that storage.
+    With an explicit `storage`, `uri` is the table root's key in that storage. With a
+    `snapshot_store`, the latest snapshot is mapped from (and written to) that store,
+    shared with every process using it (see deltalog.snapshot_store).
     """
 
-    def __init__(self, uri: str, storage: Storage | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        storage: Storage | None = None,
+        *,
+        snapshot_store: SnapshotStore | None = None,
+    ) -> None:
         if storage is None:
             storage, root = resolve(uri)
         else:
@@ -50,12 +59,21 @@ class DeltaTable:
         self._lock = threading.RLock()
         self._latest: Snapshot | None = None
         self._history: OrderedDict[int, Snapshot] = OrderedDict()
+        self._stored = (
+            StoredTable(snapshot_store, storage, root) if snapshot_store is not None else None
+        )
         # Commit timestamps from one listing, extended as the log grows (deltalog.history).
         self.commit_timeline = history.CommitTimeline(storage, root)
 
     @classmethod
-    def open(cls, uri: str, storage: Storage | None = None) -> DeltaTable:
-        return cls(uri, storage)
+    def open(
+        cls,
+        uri: str,
+        storage: Storage | None = None,
+        *,
+        snapshot_store: SnapshotStore | None = None,
+    ) -> DeltaTable:
+        return cls(uri, storage, snapshot_store=snapshot_store)
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
@@ -121,7 +139,12 @@ class DeltaTable:
             ):
                 latest = latest.with_commits(self._read_listed(listing.commits, versions, latest))
                 self._latest = latest
+                if self._stored is not None:
+                    self._stored.followed(latest, listing.commits[latest.version])
                 return latest
+        if self._stored is not None:
+            self._latest = self._stored.load_latest(self._commit_timestamp, MAX_INCREMENTAL_COMMITS)
+            return self._latest
         segment = build_segment(self.storage, self.table_root)
         self._latest = load_snapshot(
             self.storage, self.table_root, segment, clock=self._commit_timestamp

@@ -17,6 +17,7 @@ rules serves both. Each bound is conservative about how writers produce statisti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +42,7 @@ from sharing.skipping.stats import ColumnStats, StatsRequest
 STRING_PREFIX_UNITS = 32
 TIMESTAMP_MAX_WIDENING_US = 999
 
-Mask = pa.Array | bool
+Mask: TypeAlias = pa.Array | bool
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ from sharing.skipping.expr import (
     Unknown,
     columns_of,
 )
+from sharing.skipping.file_stats import file_stats, stats_ready
 from sharing.skipping.json_predicate import parse_json_predicate
 from sharing.skipping.sql_predicate import parse_sql_predicate
 from sharing.skipping.stats import (
@@ -71,7 +72,6 @@ from sharing.skipping.stats import (
     FileStats,
     StatsCache,
     StatsRequest,
-    parse_stats,
     scatter_indices,
 )
 
@@ -149,7 +149,7 @@ def file_mask(
     try:
         evaluator = _Evaluator(files, resolver, cache)
         requests = evaluator.stats_requests(predicate)
-        if requests and not cache.has(files.column("stats"), requests):
+        if requests and not stats_ready(files, requests, cache):
             narrowed = _candidates_first(files, resolver, predicate)
             if narrowed is not None:
                 return narrowed
@@ -198,8 +198,7 @@ def apply_limit(
         return files
     if limit == 0:
         return files.slice(0, 0)
-    stats = (stats_cache or DEFAULT_CACHE).get(files.column("stats"), [])
-    rows = stats.num_records
+    rows = file_stats(files, [], stats_cache or DEFAULT_CACHE).num_records
     if "deletionVector" in files.column_names:
         deletion_vectors = files.column("deletionVector")
         if deletion_vectors.null_count < len(deletion_vectors):
@@ -360,13 +359,7 @@ class _Evaluator:
         requests = self.stats_requests(predicate)
         if not requests:
             return
-        stats = self.files.column("stats")
-        if self.cache is not None:
-            self._stats = self.cache.get(stats, requests)
-        else:
-            chunks = stats.chunks if isinstance(stats, pa.ChunkedArray) else [stats]
-            combined = pa.concat_arrays(chunks) if chunks else pa.array([], pa.string())
-            self._stats = parse_stats(combined, requests)
+        self._stats = file_stats(self.files, requests, self.cache)
 
 
 def map_lookup(maps: pa.MapArray, key: str) -> pa.Array:

@@ -95,6 +95,8 @@ def parse_json_predicate(text: str | bytes | None) -> Expr | None:
     expr = builder.node(tree, 1)
     if builder.problems:
         log.info("jsonPredicateHints partly ignored: %s", "; ".join(builder.problems[:5]))
+    if isinstance(expr, Column | Literal):
+        return Unknown("a bare column or literal is not a predicate")
     return expr
 
 

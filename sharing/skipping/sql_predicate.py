@@ -234,7 +234,7 @@ class _Parser:
         if self.accept_keyword("is"):
             negated = self.accept_keyword("not")
             self.expect("ident", "null")
-            test = IsNull(left)
+            test: Expr = IsNull(left)
             return Not(test) if negated else test
         negated = self.accept_keyword("not")
         if self.accept_keyword("in"):

@@ -56,6 +56,25 @@ class FileStats:
     columns: dict[StatsRequest, ColumnStats]
 
 
+def concat_file_stats(parts: Sequence[FileStats], requests: Sequence[StatsRequest]) -> FileStats:
+    """The statistics of consecutive row ranges as one (an empty one for no parts)."""
+    if not parts:
+        return parse_stats(pa.array([], pa.string()), requests)
+    if len(parts) == 1:
+        return parts[0]
+    return FileStats(
+        pa.concat_arrays([p.num_records for p in parts]),
+        {
+            r: ColumnStats(
+                pa.concat_arrays([p.columns[r].min for p in parts]),
+                pa.concat_arrays([p.columns[r].max for p in parts]),
+                pa.concat_arrays([p.columns[r].null_count for p in parts]),
+            )
+            for r in requests
+        },
+    )
+
+
 # Parsing -----------------------------------------------------------------------------
 
 
@@ -163,7 +182,7 @@ def _null_table(schema: pa.Schema, n: int) -> pa.Table:
 
 def _parse_rows(group: pa.Array, schema: pa.Schema) -> pa.Table:
     """The slow, tolerant path: orjson per row, values of the wrong JSON type become null."""
-    num_records: list[int | None] = []
+    num_records: list[object] = []
     values: dict[str, list[dict]] = {"minValues": [], "maxValues": [], "nullCount": []}
     for text in group.to_pylist():
         try:
@@ -184,7 +203,7 @@ def _parse_rows(group: pa.Array, schema: pa.Schema) -> pa.Table:
 
 
 def _conform(section: dict, struct_type: pa.StructType) -> dict:
-    out = {}
+    out: dict[str, object] = {}
     for field in struct_type:
         value = section.get(field.name)
         if pa.types.is_struct(field.type):
@@ -301,21 +320,7 @@ class StatsCache:
         if pa.types.is_large_string(stats.type):
             return parse_stats(pa.concat_arrays([c.cast(pa.string()) for c in chunks]), wanted)
         parts = [self._get_chunk(chunk, wanted, background) for chunk in chunks if len(chunk)]
-        if not parts:
-            return parse_stats(pa.array([], pa.string()), wanted)
-        if len(parts) == 1:
-            return parts[0]
-        return FileStats(
-            pa.concat_arrays([p.num_records for p in parts]),
-            {
-                r: ColumnStats(
-                    pa.concat_arrays([p.columns[r].min for p in parts]),
-                    pa.concat_arrays([p.columns[r].max for p in parts]),
-                    pa.concat_arrays([p.columns[r].null_count for p in parts]),
-                )
-                for r in wanted
-            },
-        )
+        return concat_file_stats(parts, wanted)
 
     def has(self, stats: pa.ChunkedArray | pa.Array, requests: Iterable[StatsRequest]) -> bool:
         """Are these columns cached for every row of `stats` (no parsing needed)?"""

@@ -34,6 +34,7 @@ from deltalog.schema import StructType
 from sharing.skipping.bounds import stats_request
 from sharing.skipping.columns import Resolver
 from sharing.skipping.expr import Column
+from sharing.skipping.file_stats import file_stats
 from sharing.skipping.stats import DEFAULT_CACHE, StatsCache, StatsRequest
 
 log = logging.getLogger(__name__)
@@ -155,13 +156,12 @@ class StatsWarmer:
         # only for the pass parsing its own column (or parses alongside), never for
         # columns it does not need. (Without columns: numRecords alone, for limitHint.)
         passes = [[request] for request in reversed(learned) if request in valid] or [[]]
-        stats = files.column("stats")
         try:
             for requests in passes:
                 with self._lock:
                     if state.version != version:
                         return  # superseded: leave the rest to the newer warm-up
-                self.cache.get(stats, requests, background=True)
+                file_stats(files, requests, self.cache, background=True)
         except Exception:  # a warm-up failure only means the first query parses itself
             log.exception("stats warm-up failed for version %d", version)
 

@@ -17,6 +17,7 @@ from deltalog.checkpoint import read_checkpoint
 from deltalog.errors import CorruptLogError
 from deltalog.log_segment import Checkpoint, build_segment
 from deltalog.parsed_columns import partition_value_strings, partition_values_map, stats_json
+from deltalog.replay import files_schema
 from deltalog.storage.local import LocalStorage
 from tests.support.corpus import corpus_table
 from tests.support.replay_oracle import CountingStorage
@@ -58,7 +59,9 @@ def _commit_adds(root: Path) -> dict[str, dict]:
 def test_layouts(relative: str, kind: str, adds: int | None, removes: int | None) -> None:
     seg, state = _state(relative)
     assert seg.checkpoint is not None and seg.checkpoint.kind == kind
-    assert state.adds.schema == ADD_SCHEMA
+    # The contract schema, plus the typed statistics when the checkpoint stores them.
+    assert state.adds.schema == files_schema(state.adds.schema)
+    assert state.adds.select(ADD_SCHEMA.names).schema == ADD_SCHEMA
     assert state.removes.schema == REMOVE_SCHEMA
     if adds is not None:
         assert state.adds.num_rows == adds
@@ -208,7 +211,8 @@ def test_partition_values_parsed_fills_missing_map(tmp_path: Path) -> None:
     pq.write_table(table, log / f"{3:020d}.checkpoint.parquet")
     info = LOCAL.info(str(log / f"{3:020d}.checkpoint.parquet"))
     state = read_checkpoint(LOCAL, str(tmp_path), Checkpoint(3, "classic", (info,)))
-    assert state.adds.schema == ADD_SCHEMA
+    assert state.adds.schema == ADD_SCHEMA.append(add_type.field("stats_parsed"))
+    assert state.adds.column("stats_parsed").to_pylist() == [r["stats_parsed"] for r in rows]
     got = state.adds.to_pylist()
     assert dict(got[0]["partitionValues"]) == {
         "d": "2021-01-02",

@@ -12,6 +12,7 @@ import pytest
 
 from deltalog.actions import ADD_SCHEMA, CDC_SCHEMA, REMOVE_SCHEMA, CommitActions
 from deltalog.commits import file_actions_table
+from deltalog.file_chunks import CHUNK_ROWS
 from deltalog.replay import FileState, apply_commits, dv_unique_id, file_keys, replay
 from deltalog.table import DeltaTable
 from tests.support.corpus import corpus_table
@@ -123,20 +124,23 @@ def test_file_uri_and_absolute_path_are_the_same_file() -> None:
 
 
 def test_base_is_only_copied_when_touched() -> None:
+    n = CHUNK_ROWS + 5  # one full chunk (never merged) and a small one
     base = FileState.from_base(
-        file_actions_table("add", [{"path": f"f{i}"} for i in range(5)], 0, "t"),
+        file_actions_table("add", [{"path": f"f{i}"} for i in range(n)], 0, "t"),
         REMOVE_SCHEMA.empty_table(),
     )
+    full = base.files.column("path").chunk(0)
     after = apply_commits(base, [_commit(1, adds=[{"path": "new"}])])
-    # The untouched base chunk is reused as is (no filter copy).
-    assert after.files.column("path").chunks[0] is not None
-    assert after.files.num_rows == 6
-    assert (
-        after.files.column("path").chunk(0).buffers()[2].address
-        == base.files.column("path").chunk(0).buffers()[2].address
-    )
-    after = apply_commits(after, [_commit(2, removes=[{"path": "f3"}])])
-    assert sorted(after.files.column("path").to_pylist()) == ["f0", "f1", "f2", "f4", "new"]
+    assert after.files.num_rows == n + 1
+    # The untouched full chunk is reused as is (no filter copy, no merge).
+    assert after.files.column("path").chunk(0).buffers()[2].address == full.buffers()[2].address
+    after = apply_commits(after, [_commit(2, removes=[{"path": f"f{n - 2}"}])])
+    assert after.files.column("path").chunk(0).buffers()[2].address == full.buffers()[2].address
+    assert after.files.num_rows == n
+    assert f"f{n - 2}" not in after.files.column("path").to_pylist()[CHUNK_ROWS:]
+    after = apply_commits(after, [_commit(3, removes=[{"path": "f3"}])])
+    assert "f3" not in after.files.column("path").to_pylist()
+    assert after.files.num_rows == n - 1
     assert after.file_keys.to_pylist() == after.files.column("path").to_pylist()
     assert apply_commits(after, []) is after
 

@@ -54,6 +54,17 @@ TABLES = [
     "delta-rs/delta-2.2.0-partitioned-types",
     "delta-rs/table_with_edge_timestamps",
     "delta-rs/table_with_column_mapping",
+    *(
+        # Checkpoints with typed statistics (`stats_parsed`), some without JSON stats.
+        TYPED_TABLES := [
+            "delta-kernel-rs/data/v1-multi-part-partitioned-struct-stats-only",
+            "delta-kernel-rs/data/v2-parquet-sidecars-struct-stats-only",
+            "delta-kernel-rs/data/v2-json-sidecars-struct-stats-only",
+            "delta-rs/delta-1.2.1-only-struct-stats",
+            "delta-rs/delta-checkpoint-stats-optional",
+            "delta-rs/table_with_deletion_logs",
+        ]
+    ),
 ]
 VALUE_TYPES = {
     "byte": "int",
@@ -231,3 +242,59 @@ def test_multi_partitioned_date_partition_and_stats():
     assert _kept(relative, sql_hints=["`date` = '1970-01-02'"]) == jan2
     number = _kept(relative, json_hints=_json_hint("greaterThan", "number", "long", "4"))
     assert 0 < len(number) < len(_kept(relative))
+
+
+@pytest.mark.parametrize("relative", TYPED_TABLES)
+def test_typed_statistics_decide_like_their_json(relative):
+    """The typed statistics a checkpoint stores serve predicates (nothing parsed for the
+    rows that have them) and keep exactly the files their JSON form keeps."""
+    snapshot = DeltaTable(str(_root(relative))).snapshot()
+    files = snapshot.files
+    typed = files.column("stats_parsed")
+    assert typed.null_count < len(typed)
+    json_only = files.drop_columns(["stats_parsed"])
+    schema = parse_schema(snapshot.metadata.schema_string)
+    rows = [r for t in iter_file_tables(snapshot) for r in t.to_pylist()]
+    cache = StatsCache()
+    for _, text in _predicates(schema, rows):
+        hint = json.dumps(text)
+        both = [
+            filter_files(
+                table,
+                snapshot.metadata,
+                json_hints=hint,
+                sql_hints=None,
+                evaluate_json=True,
+                evaluate_sql=False,
+                stats_cache=cache,
+            )
+            .column("path")
+            .to_pylist()
+            for table in (files, json_only)
+        ]
+        assert both[0] == both[1], (relative, text)
+
+
+def test_struct_stats_only_checkpoint_is_skipped_without_parsing(monkeypatch):
+    """A checkpoint written with writeStatsAsStruct and no JSON stats: a stats predicate
+    skips files from the typed statistics alone, no JSON parsed."""
+    from sharing.skipping import stats as stats_module
+
+    relative = "delta-kernel-rs/data/v1-multi-part-partitioned-struct-stats-only"
+    snapshot = DeltaTable(str(_root(relative))).snapshot()
+    parsed = []
+    real = stats_module.parse_stats
+    monkeypatch.setattr(
+        stats_module, "parse_stats", lambda a, r: parsed.append(len(a)) or real(a, r)
+    )
+    kept = filter_files(
+        snapshot.files,
+        snapshot.metadata,
+        json_hints=_json_hint("equal", "id", "long", "3"),
+        sql_hints=None,
+        evaluate_json=True,
+        evaluate_sql=False,
+        stats_cache=StatsCache(),
+    )
+    assert kept.num_rows == 1 < snapshot.num_files
+    assert parsed == []

@@ -556,16 +556,16 @@ def test_stats_are_parsed_once_per_snapshot(monkeypatch):
 
 
 def test_cold_cache_parses_only_partition_candidates(monkeypatch):
-    from sharing.skipping import evaluate as evaluate_module
+    from sharing.skipping import file_stats as file_stats_module
 
     parsed_lengths = []
-    real = evaluate_module.parse_stats
+    real = file_stats_module.parse_stats
 
     def counting(array, requests):
         parsed_lengths.append(len(array))
         return real(array, requests)
 
-    monkeypatch.setattr(evaluate_module, "parse_stats", counting)
+    monkeypatch.setattr(file_stats_module, "parse_stats", counting)
     md = metadata(schema(("p", "string"), ("v", "long")), ["p"])
     table = files(
         *[

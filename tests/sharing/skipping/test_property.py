@@ -413,9 +413,77 @@ def check_sound(groups: list[list[dict]], table: pa.Table, expr: Expr, kept: pa.
             )
 
 
-def run_both_formats(groups: list[list[dict]], data: st.DataObject, names: list[str]) -> None:
+# Typed statistics (a checkpoint's `stats_parsed`, as deltalog keeps it) -----------------
+
+_VALUE_TYPES = {
+    "i": pa.int64(),
+    "s": pa.string(),
+    "d": pa.date32(),
+    "x": pa.float64(),
+    "f": pa.float32(),
+    "t": pa.timestamp("us", tz="UTC"),
+    "n": pa.struct([("k", pa.int32())]),
+}
+_COUNT_TYPES = {name: pa.int64() for name in _VALUE_TYPES} | {"n": pa.struct([("k", pa.int64())])}
+TYPED_STATS = pa.struct(
+    [
+        ("numRecords", pa.int64()),
+        ("minValues", pa.struct(list(_VALUE_TYPES.items()))),
+        ("maxValues", pa.struct(list(_VALUE_TYPES.items()))),
+        ("nullCount", pa.struct(list(_COUNT_TYPES.items()))),
+    ]
+)
+
+
+def _typed_value(name: str, value: object) -> object:
+    """A JSON statistics value as the typed struct holds it (Spark builds `stats_parsed`
+    by reading its own JSON with the statistics schema)."""
+    if name in ("x", "f"):
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value, value)  # type: ignore[arg-type]
+    if name == "d":
+        return dt.date.fromisoformat(value)  # type: ignore[arg-type]
+    if name == "t":
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return value
+
+
+def typed_stats(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    stats = json.loads(text)
+    out: dict = {"numRecords": stats["numRecords"]}
+    for section in ("minValues", "maxValues"):
+        values = stats.get(section, {})
+        out[section] = {k: _typed_value(k, v) if k != "n" else v for k, v in values.items()}
+    if "nullCount" in stats:
+        out["nullCount"] = stats["nullCount"]
+    return out
+
+
+def with_typed_stats(table: pa.Table, modes: list[str]) -> pa.Table:
+    """The files with a `stats_parsed` column: per file "both" (typed and JSON), "typed"
+    (JSON left out: only the typed form can serve it) or "json" (typed null, as for a
+    row from a JSON commit)."""
+    texts = table.column("stats").to_pylist()
+    typed = pa.array(
+        [typed_stats(t) if m != "json" else None for t, m in zip(texts, modes, strict=True)],
+        TYPED_STATS,
+    )
+    json_stats = pa.array(
+        [None if m == "typed" else t for t, m in zip(texts, modes, strict=True)], pa.string()
+    )
+    table = table.set_column(table.schema.get_field_index("stats"), "stats", json_stats)
+    return table.append_column("stats_parsed", typed)
+
+
+def run_both_formats(
+    groups: list[list[dict]], data: st.DataObject, names: list[str], *, typed: bool = False
+) -> None:
     choices = [data.draw(choices_strategy) for _ in groups]
     table = files_table(groups, choices, missing_key=data.draw(st.booleans()))
+    if typed:
+        modes = [data.draw(st.sampled_from(["both", "typed", "json"])) for _ in groups]
+        table = with_typed_stats(table, modes)
     all_rows = [r for g in groups for r in g]
     expr = predicate(data, all_rows, names)
     cache = StatsCache()
@@ -456,6 +524,88 @@ def test_single_column_predicates_never_drop_matching_files(name, groups, data):
     """One column at a time, so each writer quirk (truncated strings, NaN, ms timestamps)
     meets many predicates on its own column."""
     run_both_formats(groups, data, [name])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(groups=split_rows(), data=st.data())
+def test_typed_statistics_never_drop_matching_files(groups, data):
+    """The same property when statistics come from a checkpoint's typed `stats_parsed`:
+    files with typed and JSON statistics, typed only, or JSON only, in one table."""
+    run_both_formats(groups, data, list(COLUMNS), typed=True)
+
+
+@pytest.mark.parametrize("name", ["s", "x", "f", "t", "d", "i"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(groups=split_rows(), data=st.data())
+def test_typed_single_column_predicates_never_drop_matching_files(name, groups, data):
+    run_both_formats(groups, data, [name], typed=True)
+
+
+def test_typed_statistics_are_what_skips() -> None:
+    """Files whose statistics exist only in typed form are still skipped (the typed
+    path is really taken, not merely harmless)."""
+    groups = [[dict.fromkeys(COLUMNS) | {"i": v, "p": 1, "q": "a"}] for v in (1, 5, 9)]
+    choices = [
+        {
+            "no_stats": False,
+            "drop": set(),
+            "no_null_count": False,
+            "nan_style": "spark",
+            "string_style": "bare",
+            "ts_offset": 0,
+        }
+    ] * 3
+    table = with_typed_stats(files_table(groups, choices, False), ["typed", "typed", "json"])
+    hint = json.dumps(to_json(Compare(GT, Column(("i",), "long"), Literal(INT, 4))))
+    kept = filter_files(
+        table,
+        METADATA,
+        json_hints=hint,
+        sql_hints=None,
+        evaluate_json=True,
+        evaluate_sql=False,
+        stats_cache=StatsCache(),
+    )
+    assert kept.column("path").to_pylist() == ["f1", "f2"]
+
+
+def test_rows_without_typed_statistics_are_parsed_alone(monkeypatch) -> None:
+    """A chunk of typed rows with a few JSON-only ones (rows from commits after the
+    checkpoint): only those few are parsed, and they skip like the typed ones."""
+    from sharing.skipping import file_stats as file_stats_module
+
+    parsed: list[int] = []
+    real = file_stats_module.parse_stats
+    monkeypatch.setattr(
+        file_stats_module, "parse_stats", lambda a, r: parsed.append(len(a)) or real(a, r)
+    )
+    row = dict.fromkeys(COLUMNS) | {"p": 1, "q": "a"}
+    groups = [[row | {"i": v}] for v in range(40)]
+    choices = [
+        {
+            "no_stats": v == 7,
+            "drop": set(),
+            "no_null_count": False,
+            "nan_style": "spark",
+            "string_style": "bare",
+            "ts_offset": 0,
+        }
+        for v in range(40)
+    ]
+    modes = ["json" if v in (3, 30, 31) else "both" for v in range(40)]
+    table = with_typed_stats(files_table(groups, choices, False), modes)
+    hint = json.dumps(to_json(Compare(GE, Column(("i",), "long"), Literal(INT, 30))))
+    kept = filter_files(
+        table,
+        METADATA,
+        json_hints=hint,
+        sql_hints=None,
+        evaluate_json=True,
+        evaluate_sql=False,
+        stats_cache=StatsCache(),
+    )
+    assert kept.column("path").to_pylist() == ["f7", *(f"f{v}" for v in range(30, 40))]
+    assert parsed == [3]
 
 
 @settings(max_examples=100, deadline=None)
