@@ -3,7 +3,6 @@ commit to a large state."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -189,20 +188,27 @@ def _big_base(n: int) -> FileState:
     return FileState.from_base(adds, REMOVE_SCHEMA.empty_table())
 
 
-def test_apply_one_commit_to_a_million_files_is_fast() -> None:
+def test_one_commit_on_a_million_files_leaves_the_full_chunks_in_place() -> None:
+    """A commit costs in proportion to the commit, not the table: the base's full chunks
+    are carried over as the same buffers (bench/refresh_steady.py measures the time)."""
     base = _big_base(1_000_000)
     append = _commit(1, adds=[{"path": f"new-{i}"} for i in range(10)])
     delete = _commit(2, removes=[{"path": "part=1/file-17"}], adds=[{"path": "new-x"}])
-    apply_commits(base, [append])  # warm up kernels
-    t0 = time.perf_counter()
-    after = apply_commits(base, [append])
-    t_append = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    after = apply_commits(after, [delete])
-    t_delete = time.perf_counter() - t0
+    after = apply_commits(apply_commits(base, [append]), [delete])
     assert after.files.num_rows == 1_000_000 + 10
-    assert t_append < 0.1, t_append
-    assert t_delete < 0.5, t_delete
+    paths = set(after.files.column("path").to_pylist())
+    assert "part=1/file-17" not in paths and {"new-0", "new-9", "new-x"} <= paths
+
+    def addresses(files: pa.Table) -> set[int]:
+        return {
+            buffer.address
+            for chunk in files.column("path").chunks
+            for buffer in chunk.buffers()
+            if buffer is not None
+        }
+
+    shared = addresses(base.files) & addresses(after.files)
+    assert len(shared) >= len(addresses(base.files)) - 3 * 3  # at most a few chunks rebuilt
 
 
 def test_file_keys_without_dvs_are_the_paths() -> None:
