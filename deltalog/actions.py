@@ -150,7 +150,8 @@ class Metadata:
 
     @cached_property
     def schema_json(self) -> dict[str, Any]:
-        return json.loads(self.schema_string)
+        parsed: dict[str, Any] = json.loads(self.schema_string)
+        return parsed
 
     @property
     def column_mapping_mode(self) -> str:

@@ -314,8 +314,10 @@ def read_bitmap(
     else:
         key = absolute_path(table_root, descriptor, storage)
         cache_key = (key, descriptor.offset or 0, descriptor.size_in_bytes)
-        bitmap = cache.get(cache_key) if cache is not None else None
-        if bitmap is None:
+        cached = cache.get(cache_key) if cache is not None else None
+        if cached is not None:
+            bitmap = cached
+        else:
             bitmap = _read_stored_bitmap(storage, key, descriptor)
             if cache is not None:
                 cache.put(cache_key, bitmap)

@@ -131,12 +131,13 @@ class GcsStorage(ObjectStore):
         info = self.options.service_account()
         client_options = {"api_endpoint": self.options.endpoint} if self.options.endpoint else None
         if info is not None:
-            credentials: Any = service_account.Credentials.from_service_account_info(
+            credentials: Any = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]  # google-auth has no hints here
                 info, scopes=[READ_ONLY_SCOPE]
             )
             project = self.options.project or info.get("project_id")
         elif self.options.anonymous or self.options.endpoint:
-            credentials, project = AnonymousCredentials(), self.options.project or "lakeshare"
+            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]  # google-auth
+            project = self.options.project or "lakeshare"
         else:
             credentials, project = None, self.options.project  # Application Default Credentials
         try:

@@ -97,7 +97,7 @@ def _as_bool(value: Any, name: str) -> bool:
     raise DeltaError(f"S3 option {name} must be true or false")
 
 
-class _FixedCredentialProvider(CredentialProvider):
+class _FixedCredentialProvider(CredentialProvider):  # type: ignore[misc]  # botocore is untyped
     """Puts prepared (refreshable) credentials at the head of botocore's chain."""
 
     METHOD = "lakeshare-table-options"
