@@ -16,6 +16,7 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
+from sharing.config.loading import STORE_FILE_NAME as DEFAULT_FILE_NAME
 from sharing.store import schema
 from sharing.store.engine import WRITE_OPTION, make_engine
 from sharing.store.migrations import migrate
@@ -24,7 +25,6 @@ __all__ = ["DEFAULT_FILE_NAME", "Store", "StoreError", "open_store", "sqlite_url
 
 log = logging.getLogger("lakeshare.store")
 
-from sharing.config.loading import STORE_FILE_NAME as DEFAULT_FILE_NAME
 
 
 class StoreError(Exception):
