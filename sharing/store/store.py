@@ -26,7 +26,6 @@ __all__ = ["DEFAULT_FILE_NAME", "Store", "StoreError", "open_store", "sqlite_url
 log = logging.getLogger("lakeshare.store")
 
 
-
 class StoreError(Exception):
     """The store cannot be opened or used (unreachable database, unwritable file...)."""
 
