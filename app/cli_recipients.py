@@ -29,22 +29,14 @@ from sharing.store.clock import now_ms
 
 __all__ = ["add_recipient_commands", "anonymous_refusal"]
 
-ANONYMOUS_WARNING = (
-    "NO AUTHORIZATION CONFIGURED: no bearer token and no recipient in the configuration or "
-    "the store — every request is served, and anyone who can reach this server can read "
-    "every shared table."
-)
 _TYPES = [t.value for t in CredentialType]
 
 
 def anonymous_refusal(directory: RecipientDirectory, config: ServerConfig, host: str) -> str:
-    """Empty when the server may start; else why not. Warns loudly when serving anonymously."""
+    """Empty when the server may start; else why not. (The loud warning itself is logged by
+    the configuration loader, which sees no bearer token and no recipient.)"""
     if not directory.anonymous:
         return ""
-    import logging
-
-    logging.getLogger("lakeshare.auth").warning("%s", ANONYMOUS_WARNING)
-    print(f"WARNING: {ANONYMOUS_WARNING}", file=sys.stderr)
     if config.allow_anonymous or _loopback(host):
         return ""
     return (
