@@ -20,10 +20,11 @@ from sharing.errors import SharingError
 from sharing.recipients.audit import query_events
 from sharing.recipients.directory import RecipientDirectory
 from sharing.recipients.hashing import hash_password, hash_token
-from sharing.recipients.model import Credential, CredentialType, Recipient
+from sharing.recipients.model import CredentialType
 from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
 from sharing.recipients.profiles import endpoint_url, profile_for
 from sharing.recipients.repository import IssuedCredential, RecipientRepository
+from sharing.recipients.views import recipient_json
 from sharing.store import StoreError, open_store
 from sharing.store.clock import now_ms
 
@@ -186,38 +187,6 @@ def _emit_profile(
         sys.stdout.write(text)
 
 
-def _recipient_json(
-    recipient: Recipient, credentials: list[Credential] | None = None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "name": recipient.name,
-        "shares": sorted(recipient.shares),
-        "enabled": recipient.enabled,
-        "expires": _iso(recipient.expires_at) if recipient.expires_at else None,
-        "ipAllowList": [str(n) for n in recipient.ip_allow_list],
-        "comment": recipient.comment,
-        "source": recipient.source.value,
-        "created": _iso(recipient.created_at) if recipient.created_at else None,
-    }
-    if credentials is not None:
-        now = now_ms()
-        body["credentials"] = [
-            {
-                "id": c.id,
-                "type": c.type.value,
-                "created": _iso(c.created_at),
-                "expires": _iso(c.expires_at) if c.expires_at else None,
-                "graceUntil": _iso(c.grace_until) if c.grace_until else None,
-                "revoked": _iso(c.revoked_at) if c.revoked_at else None,
-                "lastUsed": _iso(c.last_used_at) if c.last_used_at else None,
-                "usable": c.usable(now),
-                **({"keyId": c.key_id} if c.key_id else {}),
-            }
-            for c in credentials
-        ]
-    return body
-
-
 # --- commands ------------------------------------------------------------------------------
 
 
@@ -277,7 +246,7 @@ def _list(args: argparse.Namespace) -> int:
         directory = RecipientDirectory(config, None)
         everyone = directory.config_recipients() + repository.all()
         if args.format == "json":
-            print(json.dumps([_recipient_json(r) for r in everyone], indent=2))
+            print(json.dumps([recipient_json(r) for r in everyone], indent=2))
             return 0
         header = ("NAME", "SOURCE", "ENABLED", "EXPIRES", "SHARES", "COMMENT")
         rows = [
@@ -300,7 +269,7 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     def body(config: ServerConfig, repository: RecipientRepository) -> int:
         recipient = repository.require(args.name)
-        print(json.dumps(_recipient_json(recipient, repository.credentials(args.name)), indent=2))
+        print(json.dumps(recipient_json(recipient, repository.credentials(args.name)), indent=2))
         return 0
 
     return _run(args, body)

@@ -13,6 +13,7 @@ from app.auth import require_bearer_token
 from app.errors import install_error_handlers
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
+from app.routes.admin import build_admin_app
 from sharing.async_queries import build_service
 from sharing.catalog import Catalog
 from sharing.cdf_query import ChangeTokens
@@ -90,6 +91,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(landing.router)
     app.add_api_route(prefix, landing.landing, methods=["GET"], include_in_schema=False)
     app.add_api_route(prefix + "/", landing.landing, methods=["GET"], include_in_schema=False)
+
+    admin_app = build_admin_app(config, app.state.recipients)
+    if admin_app is not None:
+        app.mount(config.admin.prefix if config.admin else "/admin", admin_app)
 
     install_error_handlers(app)
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
