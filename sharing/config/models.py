@@ -58,6 +58,7 @@ __all__ = [
     "MIN_SECRET_CHARS",
     "SIGNING_SECRET_ENV",
     "AuthorizationConfig",
+    "MetricsConfig",
     "SchemaConfig",
     "ServerConfig",
     "ShareConfig",
@@ -176,6 +177,17 @@ class SslConfig(Section):
         return self
 
 
+class MetricsConfig(Section):
+    """`/metrics` (Prometheus). With `requireToken`, a scrape must present `bearerToken`, or
+    without one the protocol's token: the metrics name shares and tables, so they are never
+    more open than the share listing. `requireToken: false` is for a private scrape port."""
+
+    enabled: Boolean = True
+    path: Annotated[Text, AfterValidator(lambda v: _url_path(v, "/metrics"))] = "/metrics"
+    require_token: Boolean = True
+    bearer_token: Annotated[BearerToken | None, Field(repr=False)] = None
+
+
 # --- settings of the whole server -----------------------------------------------------------
 
 
@@ -200,6 +212,13 @@ def _endpoint(value: str) -> str:
     if not endpoint.startswith("/") or any(c in endpoint for c in "?#{} "):
         raise Problem("must be a URL path starting with '/'")
     return endpoint.rstrip("/")
+
+
+def _url_path(value: str, default: str) -> str:
+    path = value.strip() or default
+    if not path.startswith("/") or any(c in path for c in "?#{} "):
+        raise Problem("must be a URL path starting with '/'")
+    return path.rstrip("/") or default
 
 
 def _public_url(value: str | None) -> str | None:
@@ -300,6 +319,9 @@ class ServerConfig(Section):
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    # A snapshot load (cold or incremental) slower than this is logged at WARNING; 0: never.
+    slow_snapshot_load_ms: NonNegative = 5000
     # Set by the loader, not keys of the file.
     signing_secret_source: str = Field(default="generated", exclude=True)  # config, env, generated
     warnings: tuple[str, ...] = Field(default=(), exclude=True)
