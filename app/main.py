@@ -79,5 +79,6 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     install_error_handlers(app)
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
-    app.add_middleware(RequestContextMiddleware, observer=metrics)  # added last = outermost
+    # Added last = outermost.
+    app.add_middleware(RequestContextMiddleware, observer=metrics, endpoint=config.endpoint)
     return app

@@ -199,9 +199,14 @@ class RequestContextMiddleware:
     `request.state.recipient`, status, body bytes, file actions sent and duration. It never
     holds a token or a query string (signed URLs carry their signature there)."""
 
-    def __init__(self, app: ASGIApp, observer: RequestObserver | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, observer: RequestObserver | None = None, endpoint: str = ""
+    ) -> None:
+        """`endpoint`: the protocol prefix, which route templates of routers included
+        under it may lack (FastAPI version dependent); logs and metrics show it."""
         self.app = app
         self.observer = observer
+        self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -241,14 +246,26 @@ class RequestContextMiddleware:
             self._finished(scope, request_id, response, time.perf_counter() - begin)
             request_id_var.reset(reset_token)
 
+    def _route_template(self, scope: Scope) -> str | None:
+        template = getattr(scope.get("route"), "path", None)
+        if not isinstance(template, str):
+            return None
+        prefix = self.endpoint
+        if (
+            prefix
+            and str(scope.get("path", "")).startswith(prefix + "/")
+            and not template.startswith(prefix + "/")
+        ):
+            return prefix + template
+        return template
+
     def _finished(self, scope: Scope, request_id: str, response: _Response, seconds: float) -> None:
         params = scope.get("path_params") or {}
-        route = getattr(scope.get("route"), "path", None)
         record = RequestRecord(
             request_id=request_id,
             method=str(scope.get("method", "")),
             path=_loggable_path(scope),
-            route=route if isinstance(route, str) else None,
+            route=self._route_template(scope),
             status=response.status,
             share=_param(params, "share"),
             schema=_param(params, "schema"),

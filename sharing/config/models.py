@@ -446,7 +446,7 @@ class ServerConfig(Section):
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    metrics: MetricsConfig = MetricsConfig()
     # A snapshot load (cold or incremental) slower than this is logged at WARNING; 0: never.
     slow_snapshot_load_ms: NonNegative = 5000
     recipients: Sections[RecipientConfig] = ()
