@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 
 from sharing.config.context import context_of
 from sharing.config.errors import ConfigError, Problem
+from sharing.config.oauth import OAuthConfig
 from sharing.config.storage import (
     StorageOptions,
     camel_options,
@@ -59,6 +60,7 @@ __all__ = [
     "SIGNING_SECRET_ENV",
     "AdminConfig",
     "AuthorizationConfig",
+    "MetricsConfig",
     "RecipientConfig",
     "RecipientCredentialConfig",
     "SchemaConfig",
@@ -178,6 +180,17 @@ class SslConfig(Section):
                 if not value:
                     raise Problem(f"'{key}' in a SSL config must be provided", named=False)
         return self
+
+
+class MetricsConfig(Section):
+    """`/metrics` (Prometheus). With `requireToken`, a scrape must present `bearerToken`, or
+    without one the protocol's token: the metrics name shares and tables, so they are never
+    more open than the share listing. `requireToken: false` is for a private scrape port."""
+
+    enabled: Boolean = True
+    path: Annotated[Text, AfterValidator(lambda v: _url_path(v, "/metrics"))] = "/metrics"
+    require_token: Boolean = True
+    bearer_token: Annotated[BearerToken | None, Field(repr=False)] = None
 
 
 # --- recipients and the state store --------------------------------------------------------
@@ -329,6 +342,13 @@ def _endpoint(value: str) -> str:
     return endpoint.rstrip("/")
 
 
+def _url_path(value: str, default: str) -> str:
+    path = value.strip() or default
+    if not path.startswith("/") or any(c in path for c in "?#{} "):
+        raise Problem("must be a URL path starting with '/'")
+    return path.rstrip("/") or default
+
+
 def _public_url(value: str | None) -> str | None:
     if not value:
         return None
@@ -401,6 +421,7 @@ class ServerConfig(Section):
     ] = Field(default=(), repr=False)
     shares: Sections[ShareConfig] = ()
     authorization: AuthorizationConfig | None = None
+    oauth: OAuthConfig = OAuthConfig()  # token endpoint, access tokens, federation
     ssl: SslConfig | None = None
     host: Annotated[Text, AfterValidator(_host)] = "localhost"
     port: Annotated[Integer, check(lambda v: 0 <= v <= 65535, "between 0 and 65535")] = 80
@@ -427,6 +448,9 @@ class ServerConfig(Section):
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
+    metrics: MetricsConfig = MetricsConfig()
+    # A snapshot load (cold or incremental) slower than this is logged at WARNING; 0: never.
+    slow_snapshot_load_ms: NonNegative = 5000
     recipients: Sections[RecipientConfig] = ()
     store: StoreConfig = StoreConfig()
     admin: AdminConfig | None = None
