@@ -59,6 +59,7 @@ __all__ = [
     "SIGNING_SECRET_ENV",
     "AdminConfig",
     "AuthorizationConfig",
+    "MetricsConfig",
     "RecipientConfig",
     "RecipientCredentialConfig",
     "SchemaConfig",
@@ -178,6 +179,17 @@ class SslConfig(Section):
                 if not value:
                     raise Problem(f"'{key}' in a SSL config must be provided", named=False)
         return self
+
+
+class MetricsConfig(Section):
+    """`/metrics` (Prometheus). With `requireToken`, a scrape must present `bearerToken`, or
+    without one the protocol's token: the metrics name shares and tables, so they are never
+    more open than the share listing. `requireToken: false` is for a private scrape port."""
+
+    enabled: Boolean = True
+    path: Annotated[Text, AfterValidator(lambda v: _url_path(v, "/metrics"))] = "/metrics"
+    require_token: Boolean = True
+    bearer_token: Annotated[BearerToken | None, Field(repr=False)] = None
 
 
 # --- recipients and the state store --------------------------------------------------------
@@ -329,6 +341,13 @@ def _endpoint(value: str) -> str:
     return endpoint.rstrip("/")
 
 
+def _url_path(value: str, default: str) -> str:
+    path = value.strip() or default
+    if not path.startswith("/") or any(c in path for c in "?#{} "):
+        raise Problem("must be a URL path starting with '/'")
+    return path.rstrip("/") or default
+
+
 def _public_url(value: str | None) -> str | None:
     if not value:
         return None
@@ -427,6 +446,9 @@ class ServerConfig(Section):
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
+    metrics: MetricsConfig = MetricsConfig()
+    # A snapshot load (cold or incremental) slower than this is logged at WARNING; 0: never.
+    slow_snapshot_load_ms: NonNegative = 5000
     recipients: Sections[RecipientConfig] = ()
     store: StoreConfig = StoreConfig()
     admin: AdminConfig | None = None
