@@ -74,6 +74,7 @@ class RequestRecord:
     file_download: bool
     error_code: str | None
     seconds: float
+    aborted: bool = False  # the body had started when the request failed: cut short
 
 
 class RequestObserver(Protocol):
@@ -159,6 +160,7 @@ class _Response:
         self.bytes_sent = 0
         self.files: _FileActionCounter | None = None
         self.error_body: bytearray | None = None
+        self.aborted = False
 
     def start(self, message: Message) -> None:
         self.started = True
@@ -241,7 +243,9 @@ class RequestContextMiddleware:
                     500, "INTERNAL_ERROR", f"Internal server error (request id {request_id})."
                 )
                 await failure(scope, receive, send_with_id)
-            # Once the body has started the client can only see a truncated stream.
+            else:
+                # Once the body has started the client can only see a truncated stream.
+                response.aborted = True
         finally:
             self._finished(scope, request_id, response, time.perf_counter() - begin)
             request_id_var.reset(reset_token)
@@ -278,6 +282,7 @@ class RequestContextMiddleware:
             file_download=REDACT_PATH_STATE in scope.get("state", {}),
             error_code=response.error_code(),
             seconds=seconds,
+            aborted=response.aborted,
         )
         fields: dict[str, Any] = {
             "request_id": request_id,
@@ -296,6 +301,8 @@ class RequestContextMiddleware:
                 fields[key] = value
         if response.files is not None:
             fields["files"] = record.file_actions
+        if record.aborted:
+            fields["aborted"] = True
         access_log.info("%s %s %s", record.method, record.path, record.status, extra=fields)
         if self.observer is not None:
             try:

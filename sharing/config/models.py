@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 
 from sharing.config.context import context_of
 from sharing.config.errors import ConfigError, Problem
+from sharing.config.oauth import OAuthConfig
 from sharing.config.storage import (
     StorageOptions,
     camel_options,
@@ -420,6 +421,7 @@ class ServerConfig(Section):
     ] = Field(default=(), repr=False)
     shares: Sections[ShareConfig] = ()
     authorization: AuthorizationConfig | None = None
+    oauth: OAuthConfig = OAuthConfig()  # token endpoint, access tokens, federation
     ssl: SslConfig | None = None
     host: Annotated[Text, AfterValidator(_host)] = "localhost"
     port: Annotated[Integer, check(lambda v: 0 <= v <= 65535, "between 0 and 65535")] = 80
