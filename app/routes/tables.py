@@ -77,16 +77,17 @@ async def get_metadata(
     share: str,
     schema: str,
     table: str,
-    version: Annotated[int | None, Query()] = None,
+    version: Annotated[str | None, Query()] = None,
     timestamp: Annotated[str | None, Query()] = None,
 ) -> Response:
+    number = query.metadata_version(version)
     caps = capabilities.parse(request.headers.get(capabilities.HEADER))
     id_hash = parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
-    query.validate_metadata_params(version, timestamp)
+    query.validate_metadata_params(number, timestamp)
     shared = _lookup(request, share, schema, table)
     planned = await run_in_threadpool(
         lambda: plan_metadata(
-            shared, caps, version=version, timestamp=timestamp, tables=table_service(request)
+            shared, caps, version=number, timestamp=timestamp, tables=table_service(request)
         )
     )
     headers = _headers(

@@ -23,12 +23,13 @@ from deltalog.storage import resolve
 from deltalog.storage.kinds import StorageKind
 from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
+from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import derive_master_key, table_key, url_signature
 
 log = logging.getLogger("lakeshare.files")
 
 CHUNK_BYTES = 1024 * 1024
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)\Z")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -69,8 +70,14 @@ class FileServer:
         now_ms: int | None = None,
     ) -> LocalFile:
         """The file a signed URL names, or Forbidden / ResourceNotFound."""
-        if expires is None or signature is None or not expires.isdigit():
+        if expires is None or signature is None:
             raise Forbidden("The URL is not signed.")
+        try:
+            expires_ms = parse_integer(expires, INT64, signs="")
+        except NotAnInteger:
+            raise Forbidden("The URL is not signed.") from None
+        except OutOfRange:  # never signed: no expiry this server makes is that far away
+            raise Forbidden("The URL signature is invalid.") from None
         if not _SIGNATURE.match(signature):
             raise Forbidden("The URL signature is invalid.")
         try:
@@ -78,11 +85,11 @@ class FileServer:
         except ResourceNotFound:
             raise Forbidden("The URL signature is invalid.") from None
         key = table_key(self._master, shared.share, shared.schema, shared.name)
-        expected = url_signature(key, relative, int(expires))
+        expected = url_signature(key, relative, expires_ms)
         if not hmac.compare_digest(expected, signature):
             raise Forbidden("The URL signature is invalid.")
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        if int(expires) < now:
+        if expires_ms < now:
             raise Forbidden("The URL has expired.")
         path = resolve_inside(shared.config.location, relative)
         try:
@@ -129,17 +136,27 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not first and not last:
         return None
     if not first:  # suffix range: the last n bytes
-        length = int(last)
+        length = _offset(last)
         if length == 0 or size == 0:
             raise RangeNotSatisfiable(size)
         return max(0, size - length), size - 1
-    start = int(first)
-    end = int(last) if last else size - 1
+    start = _offset(first)
+    end = _offset(last) if last else size - 1
     if last and end < start:
         return None
     if start >= size:
         raise RangeNotSatisfiable(size)
     return start, min(end, size - 1)
+
+
+def _offset(digits: str) -> int:
+    """A byte offset or length of a `Range` header; any value beyond int64 is beyond every
+    file, so it stands for int64's maximum (the range is then cut or unsatisfiable as the
+    exact value would make it)."""
+    try:
+        return parse_integer(digits, INT64, signs="")
+    except OutOfRange:
+        return INT64.high
 
 
 @dataclass(frozen=True, slots=True)
