@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI, Request
 from app.audit import AuditMiddleware
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
+from app.limits import LimitsMiddleware
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
@@ -99,6 +100,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.mount(config.admin.prefix if config.admin else "/admin", admin_app)
 
     install_error_handlers(app)
+    app.add_middleware(LimitsMiddleware, config=config)  # inside the timeout and request id
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
     app.add_middleware(AuditMiddleware)
     # Added last = outermost.
