@@ -80,5 +80,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
     # Added last = outermost.
-    app.add_middleware(RequestContextMiddleware, observer=metrics, endpoint=config.endpoint)
+    app.add_middleware(
+        RequestContextMiddleware,
+        observer=metrics,
+        endpoint=config.endpoint,
+        quiet_routes=health.QUIET_ROUTES | {config.metrics.path},
+    )
     return app
