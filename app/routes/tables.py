@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
+from app.limits import check_query_fields
 from deltalog import Snapshot
 from sharing import capabilities, cdf_query, query
 from sharing.catalog import Catalog, SharedTable
@@ -100,6 +101,7 @@ async def query_table(request: Request, share: str, schema: str, table: str) -> 
     caps = capabilities.parse(request.headers.get(capabilities.HEADER))
     id_hash = parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
     body = query.parse_body(await request.body())
+    check_query_fields(request.app.state.config.limits, body)
     query.validate(body, caps)
     inputs = QueryInputs(_lookup(request, share, schema, table), body, caps, id_hash)
     if caps.async_query:
