@@ -22,7 +22,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from app.logs import configure_logging
-from sharing.config import ConfigError, ServerConfig, load_config
+from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 
 __all__ = ["build_parser", "main"]
 
@@ -155,7 +155,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         # Warms the app's own table cache too; a slow store delays only its own line.
         log_reports_in_background(app.state.tables, config, timeout_seconds=STARTUP_CHECK_SECONDS)
-        return _run(app, sock, ssl_options)
+        return _run(app, sock, ssl_options, config.limits)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -251,21 +251,12 @@ def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
     return path
 
 
-def _run(app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any]) -> int:
-    import uvicorn
+def _run(
+    app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any], limits: LimitsConfig
+) -> int:
+    from app.serving import run
 
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=False,  # ours omits query strings, which may carry signatures
-            server_header=False,
-            date_header=False,
-            **ssl_options,
-        )
-    )
-    server.run(sockets=[sock])
-    return 0 if server.started else 1
+    return run(app, sock, limits, **ssl_options)
 
 
 # --- check -------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ _ERROR_BODY_LIMIT = 8192  # an error body is small; only its start is kept to re
 # NDJSON lines that are file actions of a query or change response (both formats).
 _FILE_ACTION_STARTS = (b'\n{"file":', b'\n{"add":', b'\n{"cdf":', b'\n{"remove":')
 _LONGEST_START = max(map(len, _FILE_ACTION_STARTS))
+_FILE_ACTIONS = tuple(start[1:] for start in _FILE_ACTION_STARTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +85,13 @@ class RequestObserver(Protocol):
 
 
 class _FileActionCounter:
-    """Counts file-action lines in an NDJSON body as it streams, chunk by chunk, without
-    copying chunks: a line start split across two chunks is found in a small window."""
+    """Counts file-action lines in an NDJSON body as it streams, chunk by chunk.
+
+    The response writers send each batch of file lines as one chunk of whole lines of one
+    kind, so a chunk that starts at a line start with a file action and ends with a newline
+    counts its newlines (one fast pass). Any other chunk (head and metadata lines, or a
+    body cut differently) is searched for each kind of line start, without copying it: a
+    start split across two chunks is found in a small window over the boundary."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -95,13 +101,17 @@ class _FileActionCounter:
         if not chunk:
             return
         tail = self._tail
-        window = tail + chunk[: _LONGEST_START - 1]
+        keep = _LONGEST_START - 1
+        if tail.endswith(b"\n") and chunk.startswith(_FILE_ACTIONS) and chunk.endswith(b"\n"):
+            self.count += chunk.count(b"\n")
+            self._tail = chunk[-keep:]
+            return
+        window = tail + chunk[:keep]
         for start in _FILE_ACTION_STARTS:
             # In the window only those beginning in the tail (spanning the boundary).
             first = max(0, len(tail) - len(start) + 1)
             self.count += window.count(start, first, len(tail) + len(start) - 1)
             self.count += chunk.count(start)
-        keep = _LONGEST_START - 1
         self._tail = (tail + chunk[-keep:])[-keep:]
 
 
@@ -202,13 +212,20 @@ class RequestContextMiddleware:
     holds a token or a query string (signed URLs carry their signature there)."""
 
     def __init__(
-        self, app: ASGIApp, observer: RequestObserver | None = None, endpoint: str = ""
+        self,
+        app: ASGIApp,
+        observer: RequestObserver | None = None,
+        endpoint: str = "",
+        quiet_routes: frozenset[str] = frozenset(),
     ) -> None:
         """`endpoint`: the protocol prefix, which route templates of routers included
-        under it may lack (FastAPI version dependent); logs and metrics show it."""
+        under it may lack (FastAPI version dependent); logs and metrics show it.
+        `quiet_routes`: routes whose successful requests are logged at DEBUG (probes and
+        scrapes every few seconds would bury the requests that matter)."""
         self.app = app
         self.observer = observer
         self.endpoint = endpoint
+        self.quiet_routes = quiet_routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -303,7 +320,15 @@ class RequestContextMiddleware:
             fields["files"] = record.file_actions
         if record.aborted:
             fields["aborted"] = True
-        access_log.info("%s %s %s", record.method, record.path, record.status, extra=fields)
+        quiet = record.route in self.quiet_routes and record.status < 400
+        access_log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "%s %s %s",
+            record.method,
+            record.path,
+            record.status,
+            extra=fields,
+        )
         if self.observer is not None:
             try:
                 self.observer.request_finished(record)

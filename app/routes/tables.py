@@ -16,10 +16,12 @@ from app.deps import (
     BaseUrlDep,
     CapabilitiesDep,
     CatalogDep,
+    ConfigDep,
     FileIdHashDep,
     PlannerDep,
     TablesDep,
 )
+from app.limits import check_query_fields
 from app.responses import NDJSON, VERSION_HEADER, query_headers
 from app.routes import queries
 from sharing.query import capabilities
@@ -97,12 +99,14 @@ async def query_table(
     table: str,
     caps: CapabilitiesDep,
     id_hash: FileIdHashDep,
+    config: ConfigDep,
     catalog: CatalogDep,
     planner: PlannerDep,
     async_queries: AsyncQueriesDep,
     base_url: BaseUrlDep,
 ) -> Response:
     body = parse_body(await request.body())
+    check_query_fields(config.limits, body)
     validate(body, caps)
     inputs = QueryInputs(catalog.get_table(share, schema, table), body, caps, id_hash)
     if caps.async_query:

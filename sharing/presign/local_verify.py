@@ -9,7 +9,9 @@ signature or the path is the same 403, so probing reveals nothing about the disk
 
 from __future__ import annotations
 
+import errno
 import hmac
+import logging
 import os
 import re
 import stat
@@ -23,6 +25,8 @@ from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import derive_master_key, table_key, url_signature
+
+log = logging.getLogger("lakeshare.files")
 
 CHUNK_BYTES = 1024 * 1024
 _RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)\Z")
@@ -177,14 +181,67 @@ def file_reply(found: LocalFile, range_header: str | None) -> FileReply:
     return FileReply(206, headers, start, length)
 
 
-def read_chunks(path: str, start: int, length: int) -> Iterator[bytes]:
-    """`length` bytes of the file from `start`, in chunks of at most CHUNK_BYTES."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        remaining = length
-        while remaining > 0:
-            chunk = f.read(min(CHUNK_BYTES, remaining))
-            if not chunk:
-                return
-            remaining -= len(chunk)
-            yield chunk
+class OpenedFile:
+    """A file opened, sized and read from before any response header is sent, so an
+    unreadable file becomes an error response rather than a 200 with a cut-off body.
+
+    `reply` is what to answer; `chunks()` streams the body (the first chunk was read while
+    opening) and closes the file at the end; `close()` when the body is not wanted (HEAD).
+    """
+
+    def __init__(self, found: LocalFile, range_header: str | None, *, head: bool) -> None:
+        self.path = found.path
+        try:
+            self._file = open(found.path, "rb")  # noqa: SIM115 - closed by chunks()/close()
+        except OSError as exc:
+            raise _unreadable(found.path, exc) from None
+        try:
+            # The open file's own size: the reply must match what this descriptor reads.
+            size = os.fstat(self._file.fileno()).st_size
+            self.reply = file_reply(LocalFile(found.path, size), range_header)
+            self._file.seek(self.reply.start)
+            self._remaining = self.reply.length
+            want = min(1 if head else CHUNK_BYTES, self._remaining)
+            self._first = self._file.read(want) if want else b""
+            if len(self._first) < want:
+                raise OSError(errno.EIO, "the file is shorter than its size")
+        except OSError as exc:
+            self.close()
+            raise _unreadable(found.path, exc) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._file.close()
+
+    def chunks(self) -> Iterator[bytes]:
+        try:
+            if self._first:
+                self._remaining -= len(self._first)
+                yield self._first
+            while self._remaining > 0:
+                try:
+                    chunk = self._file.read(min(CHUNK_BYTES, self._remaining))
+                except OSError as exc:
+                    # Headers are out: the client sees a body shorter than Content-Length.
+                    log.error("reading %s failed mid-response: %s", self.path, exc.strerror)
+                    return
+                if not chunk:
+                    log.error("%s ended before its size mid-response", self.path)
+                    return
+                self._remaining -= len(chunk)
+                yield chunk
+        finally:
+            self.close()
+
+
+def _unreadable(path: str, exc: OSError) -> SharingError:
+    """The error response for a verified file the server cannot open or read, logged at
+    ERROR for the provider (the client's message says nothing about the disk)."""
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+        return ResourceNotFound("The file does not exist (it may have been vacuumed).")
+    log.error("cannot read data file %s: %s", path, exc.strerror or exc)
+    if isinstance(exc, PermissionError):
+        return Forbidden("The server is not permitted to read this file.")
+    return SharingError("The server could not read this file.")
