@@ -11,6 +11,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.auth import catalog_for
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
@@ -40,8 +41,8 @@ def get_config(request: Request) -> ServerConfig:
 
 
 def get_catalog(request: Request) -> Catalog:
-    catalog: Catalog = request.app.state.catalog
-    return catalog
+    """The catalog as the request's principal sees it (app.auth: a recipient's grants)."""
+    return catalog_for(request)
 
 
 def get_tables(request: Request) -> TableService:
