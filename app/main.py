@@ -23,6 +23,7 @@ from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
+from sharing.store.async_queries import StoreQueryStore
 from sharing.tables import TableService
 from sharing.tokens import TokenCodec
 
@@ -65,8 +66,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.tables = TableService(config, stats_warmer=StatsWarmer(), observer=metrics)
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
-        config, app.state.tables, app.state.planner.query_tokens
+        config,
+        app.state.tables,
+        app.state.planner.query_tokens,
+        StoreQueryStore(recipients_store) if recipients_store is not None else None,
     )
     # Routes reach these through the typed dependencies of app/deps.py.
 
