@@ -16,7 +16,7 @@ from sharing.config import ServerConfig
 from sharing.paging import QueryTokens
 from sharing.presign.local_verify import FileServer
 from sharing.skipping.warm import StatsWarmer
-from sharing.tables import TableService
+from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
@@ -46,7 +46,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.catalog = Catalog(config, tokens)
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
-    app.state.tables = TableService(config, stats_warmer=StatsWarmer())
+    app.state.tables = TableService(
+        config, stats_warmer=StatsWarmer(), snapshot_store=snapshot_store_for(config)
+    )
     app.state.query_tokens = QueryTokens(
         tokens,
         page_ttl_ms=config.query_table_page_token_ttl_ms,
