@@ -135,6 +135,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(f"invalid configuration: {exc}", 2)
     configure_logging(config.log_level)
+    from app.metrics_dir import prepare_metrics_dir
+
+    prepare_metrics_dir(config)  # before anything imports prometheus-client (app.main does)
     from app.main import create_app
     from app.workers import default_snapshot_cache_dir, worker_count
 

@@ -7,6 +7,7 @@ from fastapi import Depends, FastAPI, Request
 
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
+from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.routes import credentials, files, health, landing, listing, queries, tables
 from sharing.async_queries import build_service
@@ -46,8 +47,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.catalog = Catalog(config, tokens)
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
+    metrics = Metrics(config) if config.metrics.enabled else None
     app.state.tables = TableService(
-        config, stats_warmer=StatsWarmer(), snapshot_store=snapshot_store_for(config)
+        config,
+        stats_warmer=StatsWarmer(),
+        observer=metrics,
+        snapshot_store=snapshot_store_for(config),
     )
     app.state.query_tokens = QueryTokens(
         tokens,
@@ -71,7 +76,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     # Signed file URLs carry their own authorisation (the signature), not the bearer token.
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
 
-    app.include_router(health.router)
+    health.install(app, config, metrics)  # /healthz, /readyz, /metrics
     # The landing page, at the root and at the endpoint URL a profile names.
     app.include_router(landing.router)
     app.add_api_route(prefix, landing.landing, methods=["GET"], include_in_schema=False)
@@ -79,5 +84,6 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     install_error_handlers(app)
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
-    app.add_middleware(RequestContextMiddleware)  # added last = outermost
+    # Added last = outermost.
+    app.add_middleware(RequestContextMiddleware, observer=metrics, endpoint=config.endpoint)
     return app

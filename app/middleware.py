@@ -1,4 +1,5 @@
-"""ASGI middleware: request ids, the access log, the last-resort 500, and request timeouts.
+"""ASGI middleware: request ids, the access log, request metrics, the last-resort 500,
+and request timeouts.
 
 Written as plain ASGI (not BaseHTTPMiddleware) so streamed NDJSON bodies pass through
 untouched and without buffering.
@@ -12,14 +13,24 @@ import logging
 import re
 import time
 import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
 
+import orjson
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.logs import request_id_var
 from app.responses import error_response
 
-__all__ = ["REDACT_PATH_STATE", "RequestContextMiddleware", "RequestTimeoutMiddleware"]
+__all__ = [
+    "RECIPIENT_STATE",
+    "REDACT_PATH_STATE",
+    "RequestContextMiddleware",
+    "RequestObserver",
+    "RequestRecord",
+    "RequestTimeoutMiddleware",
+]
 
 log = logging.getLogger("lakeshare.server")
 access_log = logging.getLogger("lakeshare.access")
@@ -28,7 +39,69 @@ REQUEST_ID_HEADER = "x-request-id"
 # Set in scope["state"] by routes whose path itself carries a secret (signed file URLs) to the
 # text the logs should show instead of the concrete path (typically the route template).
 REDACT_PATH_STATE = "loggable_path"
+# Set in scope["state"] (request.state.recipient) by authentication once it knows who is
+# calling: a string, or an object whose `name` (else `id`) is logged. Never the token.
+RECIPIENT_STATE = "recipient"
 _SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_SAFE_ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+_MAX_LOGGED_TEXT = 256  # user agents and names a client chose are cut to this
+_ERROR_BODY_LIMIT = 8192  # an error body is small; only its start is kept to read errorCode
+# NDJSON lines that are file actions of a query or change response (both formats).
+_FILE_ACTION_STARTS = (b'\n{"file":', b'\n{"add":', b'\n{"cdf":', b'\n{"remove":')
+_LONGEST_START = max(map(len, _FILE_ACTION_STARTS))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One answered request, as the access log and the metrics see it. `share`, `schema`
+    and `table` are the route's path parameters (as the client wrote them), `route` the
+    matched route template (None: no route matched), `file_actions` the file lines of an
+    NDJSON body, `file_download` whether it was a signed file URL."""
+
+    request_id: str
+    method: str
+    path: str
+    route: str | None
+    status: int
+    share: str | None
+    schema: str | None
+    table: str | None
+    client: str | None
+    user_agent: str | None
+    recipient: str | None
+    bytes_sent: int
+    file_actions: int
+    file_download: bool
+    error_code: str | None
+    seconds: float
+
+
+class RequestObserver(Protocol):
+    """Told of every answered request (the server's metrics)."""
+
+    def request_finished(self, record: RequestRecord) -> None: ...
+
+
+class _FileActionCounter:
+    """Counts file-action lines in an NDJSON body as it streams, chunk by chunk, without
+    copying chunks: a line start split across two chunks is found in a small window."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._tail = b"\n"  # the body starts at a line start
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        tail = self._tail
+        window = tail + chunk[: _LONGEST_START - 1]
+        for start in _FILE_ACTION_STARTS:
+            # In the window only those beginning in the tail (spanning the boundary).
+            first = max(0, len(tail) - len(start) + 1)
+            self.count += window.count(start, first, len(tail) + len(start) - 1)
+            self.count += chunk.count(start)
+        keep = _LONGEST_START - 1
+        self._tail = (tail + chunk[-keep:])[-keep:]
 
 
 def _incoming_request_id(scope: Scope) -> str | None:
@@ -36,7 +109,7 @@ def _incoming_request_id(scope: Scope) -> str | None:
         if name == REQUEST_ID_HEADER.encode("latin-1"):
             candidate = value.decode("latin-1").strip()
             if _SAFE_REQUEST_ID.fullmatch(candidate):
-                return candidate
+                return str(candidate)
             return None
     return None
 
@@ -46,13 +119,94 @@ def _loggable_path(scope: Scope) -> str:
     return str(replacement) if replacement else scope.get("path", "")
 
 
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1")[:_MAX_LOGGED_TEXT])
+    return None
+
+
+def _recipient(state: dict[str, Any]) -> str | None:
+    found = state.get(RECIPIENT_STATE)
+    if found is None or isinstance(found, str):
+        return found or None
+    name = getattr(found, "name", None) or getattr(found, "id", None)
+    return None if name is None else str(name)
+
+
+def _error_code(body: bytes) -> str | None:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    code = parsed.get("errorCode") if isinstance(parsed, dict) else None
+    if isinstance(code, str) and _SAFE_ERROR_CODE.fullmatch(code):
+        return code
+    return None if code is None else "other"
+
+
+def _param(params: dict[str, Any], name: str) -> str | None:
+    value = params.get(name)
+    return None if value is None else str(value)[:_MAX_LOGGED_TEXT]
+
+
+class _Response:
+    """What the middleware saw of the response going out."""
+
+    def __init__(self) -> None:
+        self.status = 500
+        self.started = False
+        self.bytes_sent = 0
+        self.files: _FileActionCounter | None = None
+        self.error_body: bytearray | None = None
+
+    def start(self, message: Message) -> None:
+        self.started = True
+        self.status = message["status"]
+        content_type = b""
+        for key, value in message.get("headers", ()):
+            if key.lower() == b"content-type":
+                content_type = value.lower()
+        if content_type.startswith(b"application/x-ndjson"):
+            self.files = _FileActionCounter()
+        elif self.status >= 400 and content_type.startswith(b"application/json"):
+            self.error_body = bytearray()
+
+    def body(self, message: Message) -> None:
+        chunk = message.get("body", b"")
+        self.bytes_sent += len(chunk)
+        if self.files is not None:
+            self.files.feed(chunk)
+        elif self.error_body is not None and len(self.error_body) < _ERROR_BODY_LIMIT:
+            self.error_body += chunk[:_ERROR_BODY_LIMIT]
+
+    def error_code(self) -> str | None:
+        if self.error_body is None:
+            return None
+        return _error_code(bytes(self.error_body)) or (
+            "INTERNAL_ERROR" if self.status >= 500 else None
+        )
+
+
 class RequestContextMiddleware:
     """Tags each request with an id (client's `X-Request-Id` if sane, else a new one), echoes
-    it in the response, writes one access-log line, and turns any unhandled exception into a
-    generic JSON 500 — logged with its traceback, never shown to the client."""
+    it in the response, writes one access-log line, tells the observer (metrics), and turns
+    any unhandled exception into a generic JSON 500 — logged with its traceback, never shown
+    to the client.
 
-    def __init__(self, app: ASGIApp) -> None:
+    The access line names the route, share, schema and table (signed file URLs too), the
+    client address and user agent, the recipient when authentication put one on
+    `request.state.recipient`, status, body bytes, file actions sent and duration. It never
+    holds a token or a query string (signed URLs carry their signature there)."""
+
+    def __init__(
+        self, app: ASGIApp, observer: RequestObserver | None = None, endpoint: str = ""
+    ) -> None:
+        """`endpoint`: the protocol prefix, which route templates of routers included
+        under it may lack (FastAPI version dependent); logs and metrics show it."""
         self.app = app
+        self.observer = observer
+        self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,17 +215,16 @@ class RequestContextMiddleware:
         request_id = _incoming_request_id(scope) or uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = request_id
         reset_token = request_id_var.set(request_id)
-        status = 500
-        started = False
+        response = _Response()
         begin = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status, started
             if message["type"] == "http.response.start":
-                started = True
-                status = message["status"]
                 message["headers"] = list(message.get("headers", ()))
                 MutableHeaders(scope=message)["X-Request-Id"] = request_id
+                response.start(message)
+            elif message["type"] == "http.response.body":
+                response.body(message)
             await send(message)
 
         try:
@@ -83,27 +236,72 @@ class RequestContextMiddleware:
                 _loggable_path(scope),
                 extra={"request_id": request_id},
             )
-            if not started:
-                response = error_response(
+            if not response.started:
+                failure = error_response(
                     500, "INTERNAL_ERROR", f"Internal server error (request id {request_id})."
                 )
-                await response(scope, receive, send_with_id)
+                await failure(scope, receive, send_with_id)
             # Once the body has started the client can only see a truncated stream.
         finally:
-            access_log.info(
-                "%s %s %s",
-                scope.get("method"),
-                _loggable_path(scope),
-                status,
-                extra={
-                    "request_id": request_id,
-                    "method": scope.get("method"),
-                    "path": _loggable_path(scope),
-                    "status": status,
-                    "duration_ms": round((time.perf_counter() - begin) * 1000, 2),
-                },
-            )
+            self._finished(scope, request_id, response, time.perf_counter() - begin)
             request_id_var.reset(reset_token)
+
+    def _route_template(self, scope: Scope) -> str | None:
+        template = getattr(scope.get("route"), "path", None)
+        if not isinstance(template, str):
+            return None
+        prefix = self.endpoint
+        if (
+            prefix
+            and str(scope.get("path", "")).startswith(prefix + "/")
+            and not template.startswith(prefix + "/")
+        ):
+            return prefix + template
+        return template
+
+    def _finished(self, scope: Scope, request_id: str, response: _Response, seconds: float) -> None:
+        params = scope.get("path_params") or {}
+        record = RequestRecord(
+            request_id=request_id,
+            method=str(scope.get("method", "")),
+            path=_loggable_path(scope),
+            route=self._route_template(scope),
+            status=response.status,
+            share=_param(params, "share"),
+            schema=_param(params, "schema"),
+            table=_param(params, "table"),
+            client=(scope.get("client") or (None,))[0],
+            user_agent=_header(scope, b"user-agent"),
+            recipient=_recipient(scope.get("state", {})),
+            bytes_sent=response.bytes_sent,
+            file_actions=response.files.count if response.files is not None else 0,
+            file_download=REDACT_PATH_STATE in scope.get("state", {}),
+            error_code=response.error_code(),
+            seconds=seconds,
+        )
+        fields: dict[str, Any] = {
+            "request_id": request_id,
+            "method": record.method,
+            "path": record.path,
+            "route": record.route,
+            "status": record.status,
+            "duration_ms": round(seconds * 1000, 2),
+            "bytes": record.bytes_sent,
+            "client": record.client,
+            "user_agent": record.user_agent,
+        }
+        for key in ("share", "schema", "table", "recipient", "error_code"):
+            value = getattr(record, key)
+            if value is not None:
+                fields[key] = value
+        if response.files is not None:
+            fields["files"] = record.file_actions
+        access_log.info("%s %s %s", record.method, record.path, record.status, extra=fields)
+        if self.observer is not None:
+            try:
+                self.observer.request_finished(record)
+            except Exception:  # metrics must never break serving
+                log.exception("recording request metrics failed")
 
 
 class RequestTimeoutMiddleware:

@@ -80,7 +80,8 @@ def run_workers(count: int, run_worker: Callable[[int], int]) -> int:
     stop (SIGTERM, SIGINT, SIGHUP), which it passes on as SIGTERM (each worker's uvicorn
     then finishes its requests). A worker that exits while the server runs is restarted,
     unless it exited by itself within `MIN_UPTIME_SECONDS` of starting (it cannot start):
-    then all stop and the result is 1. Call it before starting any thread: forking copies only the caller's."""
+    then all stop and the result is 1. Call it before starting any thread: forking
+    copies only the calling thread."""
     for hook in BEFORE_FORK:
         hook(count)
     stopping = False

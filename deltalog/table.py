@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from deltalog import history
+from deltalog import events, history
 from deltalog.actions import CommitActions
 from deltalog.commits import commit_key
 from deltalog.commits import read_commit as _read_commit
@@ -191,17 +191,28 @@ class DeltaTable:
         """The table at `version` (None: the latest, as the refresh policy allows), from
         the caches where possible."""
         if version is None:
-            return self.refresh_policy.latest(self._locked_refresh)
+            refreshed = False
+
+            def refresh() -> Snapshot:
+                nonlocal refreshed
+                refreshed = True
+                return self._locked_refresh()
+
+            newest = self.refresh_policy.latest(refresh)
+            # Served by another request's listing: cached as far as this one is concerned.
+            return newest if refreshed else _told(newest, events.CACHED)
         with self._lock:
             cached = self._history.get(version)
             if cached is not None:
                 self._history.move_to_end(version)
-                return cached
+                return _told(cached, events.CACHED)
             latest = self._latest
             if latest is not None and latest.version == version:
-                return latest
+                return _told(latest, events.CACHED)
             snap = self._forward_from_cache(version)
+            source = events.INCREMENTAL
             if snap is None:
+                source = events.COLD
                 snap = load_snapshot(
                     self.storage,
                     self.table_root,
@@ -209,7 +220,7 @@ class DeltaTable:
                     clock=self._commit_timestamp,
                 )
             self._remember(snap)
-            return snap
+            return _told(snap, source)
 
     def _locked_refresh(self) -> Snapshot:
         with self._lock:
@@ -221,7 +232,7 @@ class DeltaTable:
             listing = list_log(self.storage, self.table_root, after=latest.version)
             newest = listing.latest_version
             if newest is None:
-                return latest
+                return _told(latest, events.CACHED)
             versions = range(latest.version + 1, newest + 1)
             if len(versions) <= MAX_INCREMENTAL_COMMITS and all(
                 v in listing.commits for v in versions
@@ -230,15 +241,15 @@ class DeltaTable:
                 self._latest = latest
                 if self._stored is not None:
                     self._stored.followed(latest, listing.commits[latest.version])
-                return latest
+                return _told(latest, events.INCREMENTAL, len(versions))
         if self._stored is not None:
             self._latest = self._stored.load_latest(self._commit_timestamp, MAX_INCREMENTAL_COMMITS)
-            return self._latest
+            return _told(self._latest, events.COLD)
         segment = build_segment(self.storage, self.table_root)
         self._latest = load_snapshot(
             self.storage, self.table_root, segment, clock=self._commit_timestamp
         )
-        return self._latest
+        return _told(self._latest, events.COLD)
 
     def _forward_from_cache(self, version: int) -> Snapshot | None:
         """`version` built by replaying a few commits on the nearest older cached snapshot."""
@@ -326,3 +337,13 @@ class DeltaTable:
             earliest=earliest,
             latest=latest,
         )
+
+
+def _told(snapshot: Snapshot, source: str, commits: int = 0) -> Snapshot:
+    """`snapshot`, after telling the listener (deltalog.events) where it came from."""
+    events.emit(
+        events.SnapshotResolved(
+            snapshot.table_root, snapshot.version, source, snapshot.num_files, commits
+        )
+    )
+    return snapshot

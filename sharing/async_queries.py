@@ -217,6 +217,10 @@ class AsyncQueryService:
         self._clock_ms = clock_ms
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="async-query")
 
+    def ping(self) -> None:
+        """Raises unless the query store answers a lookup (the server's readiness)."""
+        self._store.get("readiness-probe", self._clock_ms())
+
     # -- submission --------------------------------------------------------------------------
 
     def submit(self, inputs: QueryInputs, planner: Planner) -> StoredQuery:

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import deltalog
-from deltalog import history
+from deltalog import events, history
 from deltalog.errors import (
     CorruptLogError,
     DeltaError,
@@ -47,6 +48,15 @@ from sharing.storage_errors import access_denied
 log = logging.getLogger(__name__)
 
 
+class SnapshotObserver(Protocol):
+    """Told of every snapshot a shared table's request resolved (the server's metrics):
+    the deltalog event (source, version, files) and the seconds the call took."""
+
+    def snapshot_resolved(
+        self, shared: SharedTable, event: events.SnapshotResolved, seconds: float
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class ResolvedSnapshot:
     """A snapshot chosen for a request. On time travel (version or timestamp given),
@@ -65,13 +75,20 @@ class TableService:
         self,
         config: ServerConfig,
         stats_warmer: StatsWarmer | None = None,
+        observer: SnapshotObserver | None = None,
+        clock: Callable[[], float] = time.perf_counter,
         *,
         snapshot_store: SnapshotStore | None = None,
     ) -> None:
         """`stats_warmer`, when given, parses a newly loaded latest snapshot's statistics
         for the columns earlier queries on the table used, in the background, so the
-        next predicate query usually finds them cached. `snapshot_store`, when given,
-        holds the tables' latest snapshots as files shared with other processes."""
+        next predicate query usually finds them cached. `observer` hears of every
+        snapshot resolved; loads slower than `slowSnapshotLoadMs` (by `clock`, seconds)
+        are logged here. `snapshot_store`, when given, holds the tables' latest snapshots
+        as files shared with other processes."""
+        self._observer = observer
+        self._clock = clock
+        self._slow_seconds = config.slow_snapshot_load_ms / 1000
         self._capacity = max(1, config.delta_table_cache_size)
         self._warmer = stats_warmer
         self._stale_ok = config.staleness_acceptable
@@ -115,10 +132,11 @@ class TableService:
             with self._lock:
                 cached = self._latest.get(location)
             if cached is not None:
+                if self._observer is not None:
+                    self._observer.snapshot_resolved(shared, _cached_event(cached), 0.0)
                 return cached
         table = self.delta_table(shared)
-        with self.errors(shared):
-            snapshot = table.snapshot()
+        snapshot = self._snapshot(shared, table, None)
         with self._lock:
             previous = self._latest.get(location)
             self._latest[location] = snapshot
@@ -134,9 +152,45 @@ class TableService:
 
     def at_version(self, shared: SharedTable, version: int) -> deltalog.Snapshot:
         """The snapshot at `version`; beyond the latest is the reference's Kernel error."""
-        table = self.delta_table(shared)
-        with self.errors(shared):
-            return table.snapshot(version)
+        return self._snapshot(shared, self.delta_table(shared), version)
+
+    def _snapshot(
+        self, shared: SharedTable, table: deltalog.DeltaTable, version: int | None
+    ) -> deltalog.Snapshot:
+        """`table.snapshot(version)`, timed, with what deltalog did told to the observer
+        and a slow load logged."""
+        heard: list[events.SnapshotResolved] = []
+        begin = self._clock()
+        with self.errors(shared), events.listening(heard.append):
+            snapshot = table.snapshot(version)
+        seconds = self._clock() - begin
+        if heard:
+            # The last event is the call's own (a nested lookup would come first).
+            self._resolved(shared, heard[-1], seconds)
+        return snapshot
+
+    def _resolved(
+        self, shared: SharedTable, event: events.SnapshotResolved, seconds: float
+    ) -> None:
+        if self._observer is not None:
+            self._observer.snapshot_resolved(shared, event, seconds)
+        if event.source != events.CACHED and 0 < self._slow_seconds <= seconds:
+            log.warning(
+                "slow snapshot load: %s version %d (%s, %d files) took %.3f s",
+                shared.full_name,
+                event.version,
+                event.source,
+                event.files,
+                seconds,
+                extra={
+                    "table": shared.full_name,
+                    "version": event.version,
+                    "source": event.source,
+                    "files": event.files,
+                    "commits": event.commits,
+                    "duration_ms": round(seconds * 1000, 2),
+                },
+            )
 
     # -- request parameters ------------------------------------------------------------------
 
@@ -243,6 +297,13 @@ def snapshot_store_for(config: ServerConfig) -> SnapshotStore | None:
     if directory is None or directory.lower() == SNAPSHOT_CACHE_OFF:
         return None
     return SnapshotStore(directory, verify=False)
+
+
+def _cached_event(snapshot: deltalog.Snapshot) -> events.SnapshotResolved:
+    """A snapshot served from this service's own cache (`stalenessAcceptable`)."""
+    return events.SnapshotResolved(
+        snapshot.table_root, snapshot.version, events.CACHED, snapshot.num_files
+    )
 
 
 def _cache_key(shared: SharedTable) -> _TableKey:

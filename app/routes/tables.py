@@ -19,6 +19,7 @@ from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
 from sharing.paging import QueryTokens
 from sharing.presign import TableRef, signer_factory
 from sharing.presign.base import Signer
+from sharing.presign.timing import timed_signers
 from sharing.snapshot_query import (
     HintSettings,
     QueryInputs,
@@ -118,13 +119,14 @@ def _headers(version: int, response_capabilities: str, id_hash: str | None) -> d
 
 def _signers(request: Request, shared: SharedTable) -> Callable[[Snapshot], Signer]:
     config: ServerConfig = request.app.state.config
-    return signer_factory(
+    signers = signer_factory(
         table=TableRef(shared.share, shared.schema, shared.name),
         secret=config.signing_secret,
         base_url=config.public_url or str(request.base_url),
         endpoint=config.endpoint,
         ttl_seconds=config.pre_signed_url_timeout_seconds,
     )
+    return timed_signers(signers, getattr(request.app.state, "metrics", None))
 
 
 def _plan(request: Request, inputs: QueryInputs) -> QueryPlan:

@@ -27,6 +27,8 @@ from sharing.config.models import (
 )
 from sharing.config.values import Section, as_boolean
 
+STORE_FILE_NAME = "lakeshare-state.db"
+
 __all__ = ["NO_AUTHORIZATION_WARNING", "load_config", "parse_config"]
 
 log = logging.getLogger("lakeshare.config")
@@ -56,7 +58,12 @@ def load_config(
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"the server config file {file} is not valid YAML: {exc}") from exc
-    return parse_config(raw, strict=strict, environ=environ)
+    config = parse_config(raw, strict=strict, environ=environ)
+    if config.store.url:
+        return config
+    # The embedded store's default place: a file beside the configuration.
+    default = f"sqlite:///{file.resolve().parent / STORE_FILE_NAME}"
+    return config.model_copy(update={"store": config.store.model_copy(update={"url": default})})
 
 
 def parse_config(
@@ -77,7 +84,7 @@ def parse_config(
     document["strict"] = context.strict
     config = validate(ServerConfig, document, context)
     config = _finish(config, context)
-    if config.authorization is None:
+    if config.authorization is None and not config.recipients:
         log.warning("config: %s", NO_AUTHORIZATION_WARNING)
     return config
 

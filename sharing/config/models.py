@@ -57,11 +57,16 @@ __all__ = [
     "LOG_LEVELS",
     "MIN_SECRET_CHARS",
     "SIGNING_SECRET_ENV",
+    "AdminConfig",
     "AuthorizationConfig",
+    "MetricsConfig",
+    "RecipientConfig",
+    "RecipientCredentialConfig",
     "SchemaConfig",
     "ServerConfig",
     "ShareConfig",
     "SslConfig",
+    "StoreConfig",
     "TableConfig",
     "default_table_id",
     "random_secret",
@@ -176,6 +181,140 @@ class SslConfig(Section):
         return self
 
 
+class MetricsConfig(Section):
+    """`/metrics` (Prometheus). With `requireToken`, a scrape must present `bearerToken`, or
+    without one the protocol's token: the metrics name shares and tables, so they are never
+    more open than the share listing. `requireToken: false` is for a private scrape port."""
+
+    enabled: Boolean = True
+    path: Annotated[Text, AfterValidator(lambda v: _url_path(v, "/metrics"))] = "/metrics"
+    require_token: Boolean = True
+    bearer_token: Annotated[BearerToken | None, Field(repr=False)] = None
+
+
+# --- recipients and the state store --------------------------------------------------------
+
+
+def _recipient_name(value: str) -> str:
+    from sharing.recipients.names import InvalidValue, recipient_name
+
+    try:
+        return recipient_name(value)
+    except InvalidValue as exc:
+        raise Problem(str(exc), named=False) from None
+
+
+def _cidrs(values: tuple[str, ...]) -> tuple[str, ...]:
+    from sharing.recipients.names import InvalidValue, parse_networks
+
+    try:
+        parse_networks(list(values))
+    except InvalidValue as exc:
+        raise Problem(str(exc), named=False) from None
+    return values
+
+
+def _instant(value: str | None) -> str | None:
+    from sharing.recipients.names import InvalidValue, parse_instant
+
+    if value:
+        try:
+            parse_instant(value)
+        except InvalidValue as exc:
+            raise Problem(str(exc), named=False) from None
+    return value
+
+
+def _texts(value: object) -> object:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list | tuple):
+        raise Problem("must be a list")
+    return tuple(as_text(item) for item in value)
+
+
+Texts = Annotated[tuple[str, ...], BeforeValidator(_texts)]
+CREDENTIAL_TYPES_IN_CONFIG = ("bearer", "basic")
+
+
+class RecipientCredentialConfig(Section):
+    """One credential of a configured recipient: a bearer token (`token`, e.g. `${ENV}`, or
+    `tokenHash: sha256:<hex>`) or a basic password (`password` or `passwordHash: scrypt$...`)."""
+
+    type: Text = "bearer"
+    token: OptionalText = Field(default=None, repr=False)
+    token_hash: OptionalText = None
+    password: OptionalText = Field(default=None, repr=False)
+    password_hash: OptionalText = None
+    expires: Annotated[OptionalText, AfterValidator(_instant)] = None
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> Self:
+        from sharing.recipients.hashing import is_password_hash, is_token_hash
+
+        if self.type not in CREDENTIAL_TYPES_IN_CONFIG:
+            raise Problem(
+                f"'type' must be one of {', '.join(CREDENTIAL_TYPES_IN_CONFIG)} (other types "
+                "are created with `lakeshare recipients create`)",
+                named=False,
+            )
+        if self.type == "bearer":
+            if bool(self.token) == bool(self.token_hash):
+                raise Problem(
+                    "a bearer credential needs one of 'token' or 'tokenHash'", named=False
+                )
+            if self.token and len(self.token) < 16:
+                raise Problem("'token' must be at least 16 characters", named=False)
+            if self.token_hash and not is_token_hash(self.token_hash):
+                raise Problem("'tokenHash' must be 'sha256:' and 64 hex digits", named=False)
+        else:
+            if bool(self.password) == bool(self.password_hash):
+                raise Problem(
+                    "a basic credential needs one of 'password' or 'passwordHash'", named=False
+                )
+            if self.password_hash and not is_password_hash(self.password_hash):
+                raise Problem("'passwordHash' must be a 'scrypt$...' hash", named=False)
+        return self
+
+
+class RecipientConfig(Section):
+    """A recipient kept in the configuration file (run-time ones live in the store)."""
+
+    kind: ClassVar[str] = "recipient"
+
+    name: Annotated[
+        Text,
+        Required("'name' in a recipient must be provided"),
+        AfterValidator(_recipient_name),
+    ]
+    shares: Texts = ()  # share names, or "*" for every share
+    expires: Annotated[OptionalText, AfterValidator(_instant)] = None
+    ip_allow_list: Annotated[Texts, AfterValidator(_cidrs)] = ()
+    comment: Text = ""
+    enabled: Boolean = True
+    credentials: tuple[RecipientCredentialConfig, ...] = ()
+
+
+class StoreConfig(Section):
+    """Where run-time state lives: `url` is `sqlite:///path` or `postgresql://...`; without
+    it, `lakeshare-state.db` beside the configuration file."""
+
+    url: OptionalText = Field(default=None, repr=False)
+    cache_seconds: Annotated[
+        Integer, check(lambda v: 0 <= v <= 300, "between 0 and 300 seconds")
+    ] = 2
+    audit_retention_days: NonNegative = 90
+    last_used_flush_seconds: Positive = 30
+
+
+class AdminConfig(Section):
+    """The admin REST API: off unless a token (or its `sha256:` hash) is configured."""
+
+    token: Annotated[OptionalText, Field(repr=False)] = None
+    token_hash: OptionalText = None
+    prefix: Annotated[Text, AfterValidator(lambda v: _endpoint(v))] = "/admin"
+
+
 # --- settings of the whole server -----------------------------------------------------------
 
 
@@ -200,6 +339,13 @@ def _endpoint(value: str) -> str:
     if not endpoint.startswith("/") or any(c in endpoint for c in "?#{} "):
         raise Problem("must be a URL path starting with '/'")
     return endpoint.rstrip("/")
+
+
+def _url_path(value: str, default: str) -> str:
+    path = value.strip() or default
+    if not path.startswith("/") or any(c in path for c in "?#{} "):
+        raise Problem("must be a URL path starting with '/'")
+    return path.rstrip("/") or default
 
 
 def _public_url(value: str | None) -> str | None:
@@ -308,9 +454,29 @@ class ServerConfig(Section):
     # Latest snapshots checked against storage less than this long ago are served without
     # listing the log again (0: list on every request). See deltalog.table.RefreshPolicy.
     refresh_window_ms: NonNegative = 250
+    metrics: MetricsConfig = MetricsConfig()
+    # A snapshot load (cold or incremental) slower than this is logged at WARNING; 0: never.
+    slow_snapshot_load_ms: NonNegative = 5000
+    recipients: Sections[RecipientConfig] = ()
+    store: StoreConfig = StoreConfig()
+    admin: AdminConfig | None = None
+    allow_anonymous: Boolean = False
     # Set by the loader, not keys of the file.
     signing_secret_source: str = Field(default="generated", exclude=True)  # config, env, generated
     warnings: tuple[str, ...] = Field(default=(), exclude=True)
+
+    @model_validator(mode="after")
+    def _grants_name_shares(self) -> Self:
+        known = {share.name.lower() for share in self.shares}
+        for recipient in self.recipients:
+            for share in recipient.shares:
+                if share != "*" and share.lower() not in known:
+                    raise ConfigError(
+                        f"recipient '{recipient.name}' is granted share '{share}', which is "
+                        "not configured",
+                        f"recipients.{recipient.name}.shares",
+                    )
+        return self
 
     @field_validator("storage_profiles")
     @classmethod

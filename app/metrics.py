@@ -1,0 +1,208 @@
+"""Prometheus metrics: what the server answered, how fast, what it read and signed.
+
+Label sets are bounded by the configuration, never by what a client sends: a share or
+table label is a configured name (in its configured spelling) or `other`, a route is a
+route template or `unmatched`, a method one of the HTTP methods or `other`. Requests that
+name no table carry empty share/schema/table labels.
+
+With several worker processes (`lakeshare serve --workers N`), prometheus-client's
+multiprocess mode keeps each process's values in files under `PROMETHEUS_MULTIPROC_DIR`,
+which the serve command prepares (see app.metrics_dir) before anything imports
+prometheus-client; a scrape, whichever worker answers it, adds up every process's files.
+Without that variable (tests, an embedded app) the values live in this app's own registry.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from app.middleware import RequestRecord
+from deltalog import events
+from sharing.catalog import SharedTable
+from sharing.config import ServerConfig
+
+__all__ = ["CONTENT_TYPE_LATEST", "OTHER", "Metrics", "multiprocess_mode"]
+
+OTHER = "other"
+UNMATCHED = "unmatched"
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_TABLE_LABELS = ("share", "schema", "table")
+# Request latencies: sub-millisecond listings up to minutes-long streamed responses.
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_SIGN_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10)
+
+
+def multiprocess_mode() -> bool:
+    """Whether prometheus-client was imported with `PROMETHEUS_MULTIPROC_DIR` set (it
+    chooses where values live at import time, so the variable alone is not enough)."""
+    return values.ValueClass is not values.MutexValue
+
+
+class _Names:
+    """Configured names by their case-insensitive key (lookups are case-insensitive)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.shares: dict[str, str] = {}
+        self.tables: dict[tuple[str, str, str], tuple[str, str, str]] = {}
+        for share in config.shares:
+            self.shares[share.name.lower()] = share.name
+            for schema in share.schemas:
+                for table in schema.tables:
+                    key = (share.name.lower(), schema.name.lower(), table.name.lower())
+                    self.tables[key] = (share.name, schema.name, table.name)
+
+    def labels(
+        self, share: str | None, schema: str | None, table: str | None
+    ) -> tuple[str, str, str]:
+        """(share, schema, table) labels: configured names, `other`, or empty when the
+        request names no share (or no table)."""
+        if not share:
+            return "", "", ""
+        known_share = self.shares.get(share.lower(), OTHER)
+        if not schema:
+            return known_share, "", ""
+        if not table:
+            # A schema is only known as part of a configured table's name.
+            known = any(k[:2] == (share.lower(), schema.lower()) for k in self.tables)
+            return known_share, schema if known else OTHER, ""
+        found = self.tables.get((share.lower(), schema.lower(), table.lower()))
+        return found if found is not None else (known_share, OTHER, OTHER)
+
+
+class Metrics:
+    """The server's metrics; also the observer of requests (middleware), snapshots
+    (TableService) and signing (TimedSigner)."""
+
+    def __init__(self, config: ServerConfig, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._names = _Names(config)
+        reg = self.registry
+        self.requests = Counter(
+            "lakeshare_http_requests",
+            "HTTP requests answered, by route template, method, status and table.",
+            ["route", "method", "status", *_TABLE_LABELS],
+            registry=reg,
+        )
+        self.latency = Histogram(
+            "lakeshare_http_request_duration_seconds",
+            "Time from request to the end of the response body, by route and method.",
+            ["route", "method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.errors = Counter(
+            "lakeshare_http_errors",
+            "Error responses by the protocol's errorCode and route.",
+            ["route", "error_code"],
+            registry=reg,
+        )
+        self.response_bytes = Counter(
+            "lakeshare_http_response_bytes",
+            "Response body bytes sent, by route.",
+            ["route"],
+            registry=reg,
+        )
+        self.files_served = Counter(
+            "lakeshare_files_served",
+            "File actions (file/add/cdf/remove lines) sent in query and change responses.",
+            list(_TABLE_LABELS),
+            registry=reg,
+        )
+        self.file_bytes = Counter(
+            "lakeshare_file_download_bytes",
+            "Bytes of table files downloaded through this server's signed file URLs.",
+            list(_TABLE_LABELS),
+            registry=reg,
+        )
+        self.snapshots = Counter(
+            "lakeshare_snapshots",
+            "Snapshots resolved for requests, by source: cached (a cache hit), incremental "
+            "(new commits applied to a cached snapshot) or cold (loaded from the log).",
+            ["source", *_TABLE_LABELS],
+            registry=reg,
+        )
+        self.snapshot_cache = Counter(
+            "lakeshare_snapshot_cache",
+            "Snapshot cache lookups: hit (cached) or miss (incremental or cold load).",
+            ["result"],
+            registry=reg,
+        )
+        self.snapshot_load = Histogram(
+            "lakeshare_snapshot_load_seconds",
+            "Duration of snapshot loads (incremental or cold).",
+            ["source"],
+            buckets=_LOAD_BUCKETS,
+            registry=reg,
+        )
+        self.signing = Histogram(
+            "lakeshare_signing_seconds",
+            "Time to sign one batch of URLs, by signer (local, s3, gcs, azure).",
+            ["signer"],
+            buckets=_SIGN_BUCKETS,
+            registry=reg,
+        )
+        self.urls_signed = Counter(
+            "lakeshare_urls_signed",
+            "URLs signed (data files and deletion vector files), by signer.",
+            ["signer"],
+            registry=reg,
+        )
+
+    # -- observers ---------------------------------------------------------------------
+
+    def request_finished(self, record: RequestRecord) -> None:
+        route = record.route or UNMATCHED
+        method = record.method if record.method in _METHODS else OTHER
+        tables = self._names.labels(record.share, record.schema, record.table)
+        self.requests.labels(route, method, str(record.status), *tables).inc()
+        self.latency.labels(route, method).observe(record.seconds)
+        if record.bytes_sent:
+            self.response_bytes.labels(route).inc(record.bytes_sent)
+        if record.error_code is not None:
+            self.errors.labels(route, record.error_code).inc()
+        if record.file_actions:
+            self.files_served.labels(*tables).inc(record.file_actions)
+        if record.file_download and record.bytes_sent:
+            self.file_bytes.labels(*tables).inc(record.bytes_sent)
+
+    def snapshot_resolved(
+        self, shared: SharedTable, event: events.SnapshotResolved, seconds: float
+    ) -> None:
+        tables = self._names.labels(shared.share, shared.schema, shared.name)
+        source = event.source if event.source in events.SOURCES else OTHER
+        self.snapshots.labels(source, *tables).inc()
+        if source == events.CACHED:
+            self.snapshot_cache.labels("hit").inc()
+            return
+        self.snapshot_cache.labels("miss").inc()
+        self.snapshot_load.labels(source).observe(seconds)
+
+    def signed(self, signer: str, urls: int, seconds: float) -> None:
+        self.signing.labels(signer).observe(seconds)
+        self.urls_signed.labels(signer).inc(urls)
+
+    # -- exposition --------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The text exposition: every worker's values in multiprocess mode, else ours."""
+        if multiprocess_mode():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+    def process_exiting(self) -> None:
+        """A worker stops: its live-gauge files go (counters and histograms stay summed)."""
+        if multiprocess_mode():
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]

@@ -1,0 +1,395 @@
+"""Who is asking: the recipients of the configuration and of the store, merged, and the
+authentication of a presented credential to a `Principal`.
+
+Sources:
+- `authorization.bearerToken` (the reference format): recipient `_bearer_token` with every
+  share;
+- the YAML `recipients:` section (tokens as `${ENV}` or `sha256:` hashes, passwords as
+  `${ENV}` or `scrypt$` hashes);
+- the store (created at run time by the CLI or the admin API).
+
+Caching (documented in the README): what the store said about a credential is kept in
+memory and reused until the store's `recipients` change counter moves; the counter is read
+at most once per `cache_seconds` (default 2 s). So a revocation, a disable or a new grant
+made by any process on the same store is enforced by every process within `cache_seconds`,
+while a request costs no database round trip. Expiry is checked against the clock on every
+request, cached or not. `last_used_at` is written behind (see `usage.UsageRecorder`).
+
+Extension point: `add_verifier` registers a `BearerVerifier` (e.g. signed OAuth access
+tokens) consulted for bearer tokens that are not store tokens nor configured ones; it names
+the recipient and credential, and this directory applies the recipient's state, expiry, IP
+allow-list and grants exactly as for any other credential (`principal_for`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sharing.config import ServerConfig
+from sharing.errors import Forbidden, Unauthenticated
+from sharing.recipients.hashing import (
+    hash_token,
+    is_password_hash,
+    is_token_hash,
+    token_credential_id,
+    token_matches,
+    verify_password,
+)
+from sharing.recipients.model import (
+    ANONYMOUS,
+    Credential,
+    CredentialType,
+    Principal,
+    Recipient,
+    RecipientSource,
+)
+from sharing.recipients.names import ALL_SHARES, parse_instant, parse_networks, recipient_name
+from sharing.recipients.repository import COUNTER, RecipientRepository
+from sharing.store import Store
+from sharing.store.clock import now_ms
+
+__all__ = [
+    "BEARER_TOKEN_RECIPIENT",
+    "BearerVerifier",
+    "Challenge",
+    "RecipientDirectory",
+    "VerifiedToken",
+]
+
+log = logging.getLogger("lakeshare.recipients")
+
+BEARER_TOKEN_RECIPIENT = "_bearer_token"
+"""The recipient `authorization.bearerToken` stands for (a name the CLI cannot create)."""
+
+DEFAULT_CACHE_SECONDS = 2.0
+_MAX_HEADER_CHARS = 8192
+_NEGATIVE_CACHE_LIMIT = 10_000
+
+
+class Challenge(Unauthenticated):
+    """A 401 with its `WWW-Authenticate` header (RFC 6750 / RFC 7617)."""
+
+    def __init__(self, message: str, challenge: str) -> None:
+        super().__init__(message)
+        self.headers = {"WWW-Authenticate": challenge}
+
+
+_REALM = 'Bearer realm="delta-sharing"'
+_MISSING = "Missing credentials in the Authorization header."
+_INVALID = "The bearer token is invalid or has expired."
+
+
+def _invalid() -> Challenge:
+    return Challenge(_INVALID, f'{_REALM}, error="invalid_token"')
+
+
+@dataclass(frozen=True)
+class VerifiedToken:
+    recipient: str
+    credential_id: str | None
+
+
+class BearerVerifier(Protocol):
+    """Recognises a kind of bearer token (e.g. a signed access token): None when the token is
+    not of its kind, a VerifiedToken when it is valid; raises Unauthenticated when it is of its
+    kind but invalid."""
+
+    def verify(self, token: str) -> VerifiedToken | None: ...
+
+
+_Entry = tuple[Credential, Recipient]
+
+
+class RecipientDirectory:
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: Store | None,
+        *,
+        cache_seconds: float = DEFAULT_CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.cache_seconds = cache_seconds
+        self._clock = clock
+        self._config_recipients: dict[str, Recipient] = {}
+        self._config_tokens: dict[str, _Entry] = {}
+        self._config_basic: dict[str, list[_Entry]] = {}
+        self._load_config(config)
+        self.repository = (
+            RecipientRepository(
+                store,
+                known_shares=[s.name for s in config.shares],
+                reserved_names=self._config_recipients,
+            )
+            if store is not None
+            else None
+        )
+        self._verifiers: list[BearerVerifier] = []
+        self._lock = threading.Lock()
+        self._seen_counter: int | None = None
+        self._checked_at = float("-inf")
+        self._credentials: dict[str, _Entry | None] = {}
+        self._recipients: dict[str, Recipient | None] = {}
+        self._passwords: dict[bytes, str] = {}  # digest of "user:password" -> credential id
+        self._store_has_recipients = False
+        self.on_used: Callable[[str, int], None] | None = None
+        self._refresh(force=True)
+
+    # -- what the server asks --------------------------------------------------------------
+
+    @property
+    def anonymous(self) -> bool:
+        """No authorization of any kind: no token, no configured or stored recipient."""
+        self._refresh()
+        return not self._config_recipients and not self._store_has_recipients
+
+    def add_verifier(self, verifier: BearerVerifier) -> None:
+        self._verifiers.append(verifier)
+
+    def authenticate(self, authorization: str | None, client: str | None) -> Principal:
+        """The principal for an `Authorization` header value from `client` (an IP address).
+        Raises Unauthenticated (401) or Forbidden (403)."""
+        if not authorization:
+            if self.anonymous:
+                return ANONYMOUS
+            raise Challenge(_MISSING, _REALM)
+        if len(authorization) > _MAX_HEADER_CHARS:
+            raise _invalid()
+        scheme, _, value = authorization.strip().partition(" ")
+        value = value.strip()
+        scheme = scheme.lower()
+        if scheme == "bearer" and value:
+            entry = self._bearer(value)
+            if entry is None:
+                for verifier in self._verifiers:
+                    verified = verifier.verify(value)
+                    if verified is not None:
+                        return self.principal_for(
+                            verified.recipient, verified.credential_id, client
+                        )
+                raise _invalid()
+        elif scheme == "basic" and value:
+            entry = self._basic(value)
+            if entry is None:
+                raise Challenge(
+                    "The username or password is invalid or has expired.",
+                    'Basic realm="delta-sharing", charset="UTF-8"',
+                )
+        else:
+            raise Challenge(_MISSING, _REALM)
+        credential, recipient = entry
+        now = now_ms()
+        if not credential.usable(now):
+            raise _invalid()
+        principal = self._admit(recipient, credential.id, client, now)
+        if self.on_used is not None:
+            self.on_used(credential.id, now)
+        return principal
+
+    def principal_for(
+        self, recipient_name_: str, credential_id: str | None, client: str | None
+    ) -> Principal:
+        """The principal for a recipient already identified by some other means (a verified
+        access token); applies state, expiry, IP allow-list; 401 for an unknown recipient."""
+        recipient = self.recipient(recipient_name_)
+        if recipient is None:
+            raise _invalid()
+        return self._admit(recipient, credential_id, client, now_ms())
+
+    def recipient(self, name: str) -> Recipient | None:
+        """A recipient by name, configuration first, then the store (cached)."""
+        key = name.lower()
+        found = self._config_recipients.get(key)
+        if found is not None or self.repository is None:
+            return found
+        self._refresh()
+        if key in self._recipients:
+            return self._recipients[key]
+        try:
+            loaded = self.repository.get(key)
+        except Exception:  # an invalid name, or the store is down: no such recipient
+            log.exception("recipient lookup failed")
+            loaded = None
+        self._recipients[key] = loaded
+        return loaded
+
+    def credential(self, credential_id: str) -> _Entry | None:
+        """A store credential by id with its recipient (cached; None when unknown)."""
+        if self.repository is None:
+            return None
+        self._refresh()
+        if credential_id in self._credentials:
+            return self._credentials[credential_id]
+        entry = self.repository.find_credential(credential_id)
+        if len(self._credentials) >= _NEGATIVE_CACHE_LIMIT:
+            self._credentials.clear()
+        self._credentials[credential_id] = entry
+        return entry
+
+    def config_recipients(self) -> list[Recipient]:
+        return list(self._config_recipients.values())
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _admit(
+        self, recipient: Recipient, credential_id: str | None, client: str | None, now: int
+    ) -> Principal:
+        if not recipient.enabled:
+            raise Forbidden(f"recipient '{recipient.name}' is disabled")
+        if recipient.expired(now):
+            raise Forbidden(f"recipient '{recipient.name}' has expired")
+        if not recipient.allows_address(client):
+            raise Forbidden(f"requests from {client or 'an unknown address'} are not allowed")
+        return Principal(
+            recipient=recipient.name, credential_id=credential_id, shares=recipient.shares
+        )
+
+    def _bearer(self, token: str) -> _Entry | None:
+        credential_id = token_credential_id(token)
+        if credential_id is not None:
+            entry = self.credential(credential_id)
+            if entry is not None:
+                credential = entry[0]
+                if (
+                    credential.type is CredentialType.BEARER
+                    and credential.secret_hash
+                    and token_matches(token, credential.secret_hash)
+                ):
+                    return entry
+            return None
+        entry = self._config_tokens.get(hash_token(token))
+        return entry
+
+    def _basic(self, value: str) -> _Entry | None:
+        try:
+            decoded = base64.b64decode(value, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        username, sep, password = decoded.partition(":")
+        if not sep or not username or not password:
+            return None
+        key = hashlib.sha256(decoded.encode("utf-8")).digest()
+        self._refresh()
+        known = self._passwords.get(key)
+        if known is not None:
+            cached = self._config_or_store_credential(known)
+            if cached is not None:
+                return cached
+        for entry in self._basic_candidates(username):
+            credential = entry[0]
+            if credential.secret_hash and verify_password(password, credential.secret_hash):
+                self._passwords[key] = credential.id
+                return entry
+        return None
+
+    def _config_or_store_credential(self, credential_id: str) -> _Entry | None:
+        for entries in self._config_basic.values():
+            for entry in entries:
+                if entry[0].id == credential_id:
+                    return entry
+        return self.credential(credential_id)
+
+    def _basic_candidates(self, username: str) -> list[_Entry]:
+        key = username.lower()
+        if key in self._config_basic:
+            return self._config_basic[key]
+        if self.repository is None:
+            return []
+        try:
+            found = self.repository.credentials_of_type(key, CredentialType.BASIC)
+        except Exception:  # an invalid user name is an unknown user
+            return []
+        if found is None:
+            return []
+        recipient, credentials = found
+        return [(c, recipient) for c in credentials if c.usable(now_ms())]
+
+    def _refresh(self, force: bool = False) -> None:
+        if self.store is None:
+            return
+        now = self._clock()
+        if not force and now - self._checked_at < self.cache_seconds:
+            return
+        with self._lock:
+            if not force and now - self._checked_at < self.cache_seconds:
+                return
+            counter = self.store.counter(COUNTER)
+            if counter != self._seen_counter:
+                self._credentials = {}
+                self._recipients = {}
+                self._passwords = {}
+                self._store_has_recipients = bool(
+                    self.repository is not None and self.repository.any()
+                )
+                self._seen_counter = counter
+            self._checked_at = now
+
+    def _load_config(self, config: ServerConfig) -> None:
+        if config.authorization is not None:
+            recipient = Recipient(
+                name=BEARER_TOKEN_RECIPIENT,
+                shares=frozenset({ALL_SHARES}),
+                source=RecipientSource.CONFIG,
+            )
+            credential = Credential(
+                id=BEARER_TOKEN_RECIPIENT,
+                recipient=recipient.name,
+                type=CredentialType.BEARER,
+                secret_hash=hash_token(config.authorization.bearer_token),
+            )
+            self._config_recipients[recipient.name] = recipient
+            self._config_tokens[credential.secret_hash or ""] = (credential, recipient)
+        for entry in config.recipients:
+            name = recipient_name(entry.name)
+            recipient = Recipient(
+                name=name,
+                shares=frozenset(s.lower() for s in entry.shares),
+                expires_at=_instant_ms(entry.expires),
+                ip_allow_list=parse_networks(list(entry.ip_allow_list)),
+                comment=entry.comment,
+                enabled=entry.enabled,
+                source=RecipientSource.CONFIG,
+            )
+            self._config_recipients[name] = recipient
+            for index, item in enumerate(entry.credentials):
+                credential_id = f"config-{name}-{index}"
+                expires = _instant_ms(item.expires)
+                if item.type == CredentialType.BASIC.value:
+                    secret = item.password_hash or ""
+                    if item.password:
+                        from sharing.recipients.hashing import hash_password
+
+                        secret = hash_password(item.password)
+                    credential = Credential(
+                        id=credential_id,
+                        recipient=name,
+                        type=CredentialType.BASIC,
+                        secret_hash=secret if is_password_hash(secret) else None,
+                        expires_at=expires,
+                    )
+                    self._config_basic.setdefault(name, []).append((credential, recipient))
+                else:
+                    digest = hash_token(item.token) if item.token else (item.token_hash or "")
+                    if not is_token_hash(digest):
+                        continue  # rejected by the configuration's validation already
+                    credential = Credential(
+                        id=credential_id,
+                        recipient=name,
+                        type=CredentialType.BEARER,
+                        secret_hash=digest,
+                        expires_at=expires,
+                    )
+                    self._config_tokens[digest] = (credential, recipient)
+
+
+def _instant_ms(value: str | None) -> int | None:
+    return None if not value else int(parse_instant(value).timestamp() * 1000)

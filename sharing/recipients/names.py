@@ -1,0 +1,79 @@
+"""Checks of the values a recipient is made of, shared by the configuration and the store so
+both refuse the same names, durations and address lists with the same words."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import UTC, datetime
+
+__all__ = [
+    "ALL_SHARES",
+    "InvalidValue",
+    "IpNetwork",
+    "parse_duration",
+    "parse_instant",
+    "parse_networks",
+    "recipient_name",
+]
+
+ALL_SHARES = "*"
+"""A grant of every share (what `authorization.bearerToken` means)."""
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+_DURATION = re.compile(r"(\d{1,9})\s*([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class InvalidValue(ValueError):
+    """A value a recipient cannot have; the message says why and is safe to show."""
+
+
+def recipient_name(value: str) -> str:
+    """The canonical (lower-case) recipient name, or InvalidValue saying what is allowed."""
+    name = value.strip().lower()
+    if not _NAME.fullmatch(name):
+        raise InvalidValue(
+            f"invalid recipient name {value[:80]!r}: use 1 to 64 letters, digits, '_', '.' or "
+            "'-', starting with a letter or digit"
+        ) from None
+    return name
+
+
+def parse_duration(value: str) -> int:
+    """Seconds in '90d', '1h', '30m', '45s', '2w' or a bare number of seconds."""
+    text = value.strip().lower()
+    if text.isdigit():
+        return int(text)
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise InvalidValue(
+            f"invalid duration {value[:40]!r}: use e.g. 90d, 12h, 30m, 45s or 2w"
+        ) from None
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_instant(value: str) -> datetime:
+    """An ISO-8601 instant; one without an offset is taken as UTC."""
+    try:
+        instant = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidValue(
+            f"invalid time {value[:40]!r}: use ISO-8601, e.g. 2027-01-31T00:00Z"
+        ) from None
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+
+
+def parse_networks(values: tuple[str, ...] | list[str]) -> tuple[IpNetwork, ...]:
+    """IPv4/IPv6 CIDRs (a bare address is a /32 or /128)."""
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            raise InvalidValue(
+                f"invalid IP network {value[:60]!r}: use a CIDR such as 10.0.0.0/8"
+            ) from None
+    return tuple(networks)

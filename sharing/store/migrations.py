@@ -1,0 +1,71 @@
+"""Versioned migrations, applied at start by every process that opens the store.
+
+A migration has an id ("0001_recipients") and a function of a Connection. `migrate` takes a
+lock (PostgreSQL: a transaction-scoped advisory lock; SQLite: `BEGIN IMMEDIATE`), reads which
+ids are recorded in `lakeshare_migrations`, applies the missing ones in list order and records
+them — all in one transaction, so a failed migration leaves nothing behind and concurrent
+starts apply each migration once. Ids, not positions, are recorded: two features may each
+append their own migration without renumbering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, select, text
+
+from sharing.store import schema
+from sharing.store.clock import now_ms
+from sharing.store.engine import WRITE_OPTION
+
+__all__ = ["MIGRATIONS", "Migration", "migrate"]
+
+_PG_LOCK_KEY = 0x4C4B5348  # "LKSH"
+
+
+@dataclass(frozen=True)
+class Migration:
+    id: str
+    apply: Callable[[Connection], None]
+
+
+def _recipients_v1(connection: Connection) -> None:
+    for table in (
+        schema.state,
+        schema.recipients,
+        schema.recipient_grants,
+        schema.credentials,
+        schema.audit_events,
+        schema.activation_links,
+    ):
+        table.create(connection)
+    connection.execute(schema.state.insert().values(key="recipients", value=0))
+
+
+MIGRATIONS: list[Migration] = [
+    Migration("0001_recipients", _recipients_v1),
+]
+
+
+def migrate(engine: Engine, migrations: list[Migration] | None = None) -> list[str]:
+    """Apply the missing migrations; the ids applied by this call."""
+    todo = MIGRATIONS if migrations is None else migrations
+    applied_now: list[str] = []
+    with (
+        engine.connect().execution_options(**{WRITE_OPTION: True}) as connection,
+        connection.begin(),
+    ):
+        if connection.dialect.name == "postgresql":
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        schema.migrations_table.create(connection, checkfirst=True)
+        done = set(connection.scalars(select(schema.migrations_table.c.id)))
+        for migration in todo:
+            if migration.id in done:
+                continue
+            migration.apply(connection)
+            connection.execute(
+                schema.migrations_table.insert().values(id=migration.id, applied_at=now_ms())
+            )
+            applied_now.append(migration.id)
+    return applied_now
