@@ -22,7 +22,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from app.logs import configure_logging
-from sharing.config import ConfigError, ServerConfig, load_config
+from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 
 __all__ = ["build_parser", "main"]
 
@@ -172,7 +172,7 @@ def _serve(args: argparse.Namespace) -> int:
         _announce(config, config_path, base_url, demo)
         if workers == 1:
             _check_in_background(app, config)
-            return _run(app, sock, ssl_options)
+            return _run(app, sock, ssl_options, config.limits)
         del app  # each worker builds its own, after the fork
         return _run_workers(config, workers, sock, ssl_options)
 
@@ -196,7 +196,7 @@ def _run_workers(
         app = create_app(config)
         if index == 0:
             _check_in_background(app, config)
-        return _run(app, sock, ssl_options)
+        return _run(app, sock, ssl_options, config.limits)
 
     print(f"Worker processes: {workers}")
     sys.stdout.flush()
@@ -296,21 +296,12 @@ def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
     return path
 
 
-def _run(app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any]) -> int:
-    import uvicorn
+def _run(
+    app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any], limits: LimitsConfig
+) -> int:
+    from app.serving import run
 
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=False,  # ours omits query strings, which may carry signatures
-            server_header=False,
-            date_header=False,
-            **ssl_options,
-        )
-    )
-    server.run(sockets=[sock])
-    return 0 if server.started else 1
+    return run(app, sock, limits, **ssl_options)
 
 
 # --- check -------------------------------------------------------------------------------

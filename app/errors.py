@@ -14,13 +14,12 @@ from starlette.responses import Response
 
 from app.responses import error_response
 from sharing.errors import SharingError
+from sharing.numbers import NUMBER_FORMAT_MESSAGE
 
 __all__ = ["NUMBER_FORMAT_MESSAGE", "install_error_handlers"]
 
 log = logging.getLogger("lakeshare.server")
 
-# The reference's text for a non-numeric number parameter (Java NumberFormatException).
-NUMBER_FORMAT_MESSAGE = "expected a number but the string didn't have the appropriate format"
 _NUMBER_ERRORS = frozenset({"int_parsing", "float_parsing", "int_from_float", "decimal_parsing"})
 
 

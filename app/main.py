@@ -7,6 +7,7 @@ from fastapi import Depends, FastAPI, Request
 
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
+from app.limits import LimitsMiddleware
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.routes import credentials, files, health, landing, listing, queries, tables
@@ -83,6 +84,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_api_route(prefix + "/", landing.landing, methods=["GET"], include_in_schema=False)
 
     install_error_handlers(app)
+    app.add_middleware(LimitsMiddleware, config=config)  # inside the timeout and request id
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
     # Added last = outermost.
     app.add_middleware(RequestContextMiddleware, observer=metrics, endpoint=config.endpoint)

@@ -107,6 +107,12 @@ class Metrics:
             ["route", "error_code"],
             registry=reg,
         )
+        self.aborted = Counter(
+            "lakeshare_http_aborted_responses",
+            "Responses cut short by a failure after their body had started (status 200).",
+            ["route"],
+            registry=reg,
+        )
         self.response_bytes = Counter(
             "lakeshare_http_response_bytes",
             "Response body bytes sent, by route.",
@@ -171,6 +177,8 @@ class Metrics:
             self.response_bytes.labels(route).inc(record.bytes_sent)
         if record.error_code is not None:
             self.errors.labels(route, record.error_code).inc()
+        if record.aborted:
+            self.aborted.labels(route).inc()
         if record.file_actions:
             self.files_served.labels(*tables).inc(record.file_actions)
         if record.file_download and record.bytes_sent:

@@ -49,6 +49,7 @@ _ERROR_BODY_LIMIT = 8192  # an error body is small; only its start is kept to re
 # NDJSON lines that are file actions of a query or change response (both formats).
 _FILE_ACTION_STARTS = (b'\n{"file":', b'\n{"add":', b'\n{"cdf":', b'\n{"remove":')
 _LONGEST_START = max(map(len, _FILE_ACTION_STARTS))
+_FILE_ACTIONS = tuple(start[1:] for start in _FILE_ACTION_STARTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class RequestRecord:
     file_download: bool
     error_code: str | None
     seconds: float
+    aborted: bool = False  # the body had started when the request failed: cut short
 
 
 class RequestObserver(Protocol):
@@ -83,8 +85,13 @@ class RequestObserver(Protocol):
 
 
 class _FileActionCounter:
-    """Counts file-action lines in an NDJSON body as it streams, chunk by chunk, without
-    copying chunks: a line start split across two chunks is found in a small window."""
+    """Counts file-action lines in an NDJSON body as it streams, chunk by chunk.
+
+    The response writers send each batch of file lines as one chunk of whole lines of one
+    kind, so a chunk that starts at a line start with a file action and ends with a newline
+    counts its newlines (one fast pass). Any other chunk (head and metadata lines, or a
+    body cut differently) is searched for each kind of line start, without copying it: a
+    start split across two chunks is found in a small window over the boundary."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -94,13 +101,17 @@ class _FileActionCounter:
         if not chunk:
             return
         tail = self._tail
-        window = tail + chunk[: _LONGEST_START - 1]
+        keep = _LONGEST_START - 1
+        if tail.endswith(b"\n") and chunk.startswith(_FILE_ACTIONS) and chunk.endswith(b"\n"):
+            self.count += chunk.count(b"\n")
+            self._tail = chunk[-keep:]
+            return
+        window = tail + chunk[:keep]
         for start in _FILE_ACTION_STARTS:
             # In the window only those beginning in the tail (spanning the boundary).
             first = max(0, len(tail) - len(start) + 1)
             self.count += window.count(start, first, len(tail) + len(start) - 1)
             self.count += chunk.count(start)
-        keep = _LONGEST_START - 1
         self._tail = (tail + chunk[-keep:])[-keep:]
 
 
@@ -159,6 +170,7 @@ class _Response:
         self.bytes_sent = 0
         self.files: _FileActionCounter | None = None
         self.error_body: bytearray | None = None
+        self.aborted = False
 
     def start(self, message: Message) -> None:
         self.started = True
@@ -241,7 +253,9 @@ class RequestContextMiddleware:
                     500, "INTERNAL_ERROR", f"Internal server error (request id {request_id})."
                 )
                 await failure(scope, receive, send_with_id)
-            # Once the body has started the client can only see a truncated stream.
+            else:
+                # Once the body has started the client can only see a truncated stream.
+                response.aborted = True
         finally:
             self._finished(scope, request_id, response, time.perf_counter() - begin)
             request_id_var.reset(reset_token)
@@ -278,6 +292,7 @@ class RequestContextMiddleware:
             file_download=REDACT_PATH_STATE in scope.get("state", {}),
             error_code=response.error_code(),
             seconds=seconds,
+            aborted=response.aborted,
         )
         fields: dict[str, Any] = {
             "request_id": request_id,
@@ -296,6 +311,8 @@ class RequestContextMiddleware:
                 fields[key] = value
         if response.files is not None:
             fields["files"] = record.file_actions
+        if record.aborted:
+            fields["aborted"] = True
         access_log.info("%s %s %s", record.method, record.path, record.status, extra=fields)
         if self.observer is not None:
             try:

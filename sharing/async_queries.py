@@ -35,6 +35,7 @@ from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.errors import InvalidParameter, MalformedRequest, ResourceNotFound, SharingError
 from sharing.formats import dumps_line
+from sharing.numbers import INT32, NotAnInteger, OutOfRange, parse_integer
 from sharing.paging import PinnedVersion, QueryTokens, StreamPosition, parameters_checksum
 from sharing.query import QueryRequest, body_field, body_string, json_object
 from sharing.query_store import FAILED, PENDING, QueryStore, SqliteQueryStore, StoredQuery
@@ -63,7 +64,6 @@ Planner = Callable[[QueryInputs], QueryPlan]
 # and another process may plan the query again; planning twice is harmless.
 PLANNING_LEASE_MS = 5 * 60_000
 PLANNING_THREADS = 4
-_INT32_MAX = 2**31 - 1
 _INTERNAL_MESSAGE = "Internal error while planning the query."
 _POLL_MESSAGE_TYPE = "GetQueryTableInfoRequest"
 
@@ -83,21 +83,36 @@ class PollRequest:
 def parse_poll_body(body: bytes) -> PollRequest:
     """Parse and check a poll body; empty means `{}`."""
     data = json_object(body, _POLL_MESSAGE_TYPE)
-    max_files = body_field(data, "maxFiles", "max_files")
-    if max_files is not None:
-        if isinstance(max_files, str) and max_files.strip().lstrip("-").isdigit():
-            max_files = int(max_files)
-        if isinstance(max_files, bool) or not isinstance(max_files, int):
-            raise MalformedRequest(f"Not a numeric value: {max_files}")
-        if max_files > _INT32_MAX:
-            raise MalformedRequest("Not an int32 value")
-        if max_files <= 0:
-            raise InvalidParameter("maxFiles must be positive.")
+    max_files = _poll_max_files(body_field(data, "maxFiles", "max_files"))
     return PollRequest(
         query_id=_text(data, "queryId", "query_id"),
         max_files=max_files,
         page_token=_text(data, "pageToken", "page_token"),
     )
+
+
+def _poll_max_files(raw: object) -> int | None:
+    """`maxFiles` of a poll: a JSON integer, or a string of ASCII digits with an optional
+    minus sign; above int32 is "Not an int32 value", and it must be positive."""
+    if raw is None:
+        return None
+    value: object = raw
+    if isinstance(raw, str):
+        try:
+            value = parse_integer(raw.strip(), INT32, signs="-")
+        except NotAnInteger:
+            raise MalformedRequest(f"Not a numeric value: {raw}") from None
+        except OutOfRange as exc:
+            if not exc.negative:
+                raise MalformedRequest("Not an int32 value") from None
+            raise InvalidParameter("maxFiles must be positive.") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MalformedRequest(f"Not a numeric value: {value}")
+    if value > INT32.high:
+        raise MalformedRequest("Not an int32 value")
+    if value <= 0:
+        raise InvalidParameter("maxFiles must be positive.")
+    return value
 
 
 def _text(data: dict[str, Any], json_name: str, proto_name: str) -> str | None:

@@ -14,7 +14,6 @@ mapping are served in delta format.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -31,6 +30,7 @@ from sharing.catalog import SharedTable
 from sharing.commit_pages import CommitPart, commit_sections, paginate, part_files
 from sharing.errors import InvalidParameter, SharingError
 from sharing.formats import ADD, CDC, REMOVE, FileContext, writer_for
+from sharing.numbers import INT32, INT64, NUMBER_FORMAT_MESSAGE, parse_integer
 from sharing.paging import QueryTokens, StreamPosition
 from sharing.presign.base import SignedUrls, Signer
 from sharing.snapshot_query import (
@@ -42,10 +42,6 @@ from sharing.snapshot_query import (
 from sharing.tables import TableService
 
 CHANGES_PAGE_KIND = "changes-page"
-# The reference's text for a number parameter that is not a Java number.
-NUMBER_FORMAT_MESSAGE = "expected a number but the string didn't have the appropriate format"
-_LONG = re.compile(r"[+-]?\d{1,19}")
-_INT = re.compile(r"[+-]?\d{1,10}")
 _ICT_PROPERTIES = frozenset(
     {
         "delta.enableInCommitTimestamps",
@@ -100,9 +96,10 @@ def parse_params(
     (`maxFiles` only)."""
     files = None
     if max_files is not None:
-        if not _INT.fullmatch(max_files) or not -(2**31) <= int(max_files) < 2**31:
-            raise InvalidParameter(NUMBER_FORMAT_MESSAGE)
-        files = int(max_files)
+        try:
+            files = parse_integer(max_files, INT32)
+        except ValueError:
+            raise InvalidParameter(NUMBER_FORMAT_MESSAGE) from None
         if files <= 0:
             raise InvalidParameter("maxFiles must be positive.")
     return ChangesParams(
@@ -124,9 +121,10 @@ def lenient_bool(raw: str | None) -> bool:
 
 
 def _version_number(raw: str, name: str) -> int:
-    if not _LONG.fullmatch(raw) or not -(2**63) <= int(raw) < 2**63:
-        raise InvalidParameter(f"{name} is not a valid number.")
-    return int(raw)
+    try:
+        return parse_integer(raw, INT64)
+    except ValueError:
+        raise InvalidParameter(f"{name} is not a valid number.") from None
 
 
 def _timestamp_ms(raw: str, name: str) -> int:

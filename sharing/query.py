@@ -8,7 +8,6 @@ itself is planned in sharing.snapshot_query.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +15,16 @@ import orjson
 
 from sharing.capabilities import Capabilities
 from sharing.errors import InvalidParameter, MalformedRequest
+from sharing.numbers import (
+    INT32,
+    INT64,
+    NUMBER_FORMAT_MESSAGE,
+    IntRange,
+    NotAnInteger,
+    OutOfRange,
+    parse_integer,
+)
 
-_INT64 = (-(2**63), 2**63 - 1)
-_INT32 = (-(2**31), 2**31 - 1)
-_INTEGER_TEXT = re.compile(r"-?\d+\Z")
 _MESSAGE_TYPE = "QueryTableRequest"
 
 
@@ -55,12 +60,12 @@ def parse_body(body: bytes) -> QueryRequest:
     return QueryRequest(
         predicate_hints=tuple(hints or ()),
         json_predicate_hints=body_string(data, "jsonPredicateHints", "json_predicate_hints"),
-        limit_hint=_integer(data, "limitHint", "limit_hint", _INT64, "int64"),
-        version=_integer(data, "version", "version", _INT64, "int64"),
+        limit_hint=_integer(data, "limitHint", "limit_hint", INT64),
+        version=_integer(data, "version", "version", INT64),
         timestamp=body_string(data, "timestamp", "timestamp"),
-        starting_version=_integer(data, "startingVersion", "starting_version", _INT64, "int64"),
-        ending_version=_integer(data, "endingVersion", "ending_version", _INT64, "int64"),
-        max_files=_integer(data, "maxFiles", "max_files", _INT32, "int32"),
+        starting_version=_integer(data, "startingVersion", "starting_version", INT64),
+        ending_version=_integer(data, "endingVersion", "ending_version", INT64),
+        max_files=_integer(data, "maxFiles", "max_files", INT32),
         page_token=body_string(data, "pageToken", "page_token"),
         include_refresh_token=_boolean(data, "includeRefreshToken", "include_refresh_token"),
         refresh_token=body_string(data, "refreshToken", "refresh_token"),
@@ -111,24 +116,27 @@ def _boolean(data: dict[str, Any], json_name: str, proto_name: str) -> bool:
     raise MalformedRequest(f"Expected a boolean for field {json_name} of {_MESSAGE_TYPE}")
 
 
-def _integer(
-    data: dict[str, Any], json_name: str, proto_name: str, bounds: tuple[int, int], kind: str
-) -> int | None:
+def _integer(data: dict[str, Any], json_name: str, proto_name: str, bounds: IntRange) -> int | None:
+    """An integer field as protobuf's JSON parser reads it: a number, or a string of ASCII
+    digits with an optional minus sign, within the field's type."""
     value = body_field(data, json_name, proto_name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | str | float):
         raise MalformedRequest(f"Expected a number for field {json_name} of {_MESSAGE_TYPE}")
     if isinstance(value, str):
-        if not _INTEGER_TEXT.match(value.strip()):
-            raise MalformedRequest(f"Not a numeric value: {value}")
-        value = int(value.strip())
+        try:
+            value = parse_integer(value.strip(), bounds, signs="-")
+        except NotAnInteger:
+            raise MalformedRequest(f"Not a numeric value: {value}") from None
+        except OutOfRange:
+            raise MalformedRequest(f"Not an {bounds.name} value") from None
     elif isinstance(value, float):
         if not value.is_integer():
-            raise MalformedRequest(f"Not an {kind} value: {value}")
+            raise MalformedRequest(f"Not an {bounds.name} value: {value}")
         value = int(value)
-    if not bounds[0] <= value <= bounds[1]:
-        raise MalformedRequest(f"Not an {kind} value")
+    if not bounds.low <= value <= bounds.high:
+        raise MalformedRequest(f"Not an {bounds.name} value")
     return value
 
 
@@ -159,6 +167,16 @@ def validate(request: QueryRequest, caps: Capabilities) -> None:
         raise InvalidParameter("refreshToken must be used in the first page request.")
     if caps.async_query and not request.idempotency_key:
         raise InvalidParameter("idempotency_key is required for async query.")
+
+
+def metadata_version(raw: str | None) -> int | None:
+    """The `version` URL parameter of GET .../metadata (a Java long for the reference)."""
+    if raw is None:
+        return None
+    try:
+        return parse_integer(raw, INT64)
+    except ValueError:
+        raise InvalidParameter(NUMBER_FORMAT_MESSAGE) from None
 
 
 def validate_metadata_params(version: int | None, timestamp: str | None) -> None:

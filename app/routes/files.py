@@ -1,7 +1,9 @@
 """Signed file URLs of local tables: GET and HEAD with byte ranges.
 
 Authorised by the URL's signature (see presign.local_verify), not by the bearer token, so the
-recipient's Parquet and Delta readers can fetch files like any pre-signed object URL.
+recipient's Parquet and Delta readers can fetch files like any pre-signed object URL. The
+file is opened, sized and read from before the status line is sent: a file the server
+cannot read is a JSON error (logged at ERROR), never a 200 with a cut-off body.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from sharing.presign.local_verify import FileServer, file_reply, read_chunks
+from sharing.presign.local_verify import FileServer, OpenedFile
 
 __all__ = ["router"]
 
@@ -36,12 +38,14 @@ async def serve_file(request: Request, share: str, schema: str, table: str, path
         params.get("exp"),
         params.get("sig"),
     )
-    reply = file_reply(found, request.headers.get("range"))
-    if request.method == "HEAD":
+    head = request.method == "HEAD"
+    opened = await run_in_threadpool(
+        lambda: OpenedFile(found, request.headers.get("range"), head=head)
+    )
+    reply = opened.reply
+    if head:
+        opened.close()
         return Response(status_code=reply.status, headers=reply.headers, media_type=_OCTETS)
     return StreamingResponse(
-        read_chunks(found.path, reply.start, reply.length),
-        status_code=reply.status,
-        headers=reply.headers,
-        media_type=_OCTETS,
+        opened.chunks(), status_code=reply.status, headers=reply.headers, media_type=_OCTETS
     )

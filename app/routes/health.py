@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from starlette.responses import Response
 
-from app.auth import BearerChallenge, require_bearer_token
+from app.auth import BearerChallenge
 from app.metrics import CONTENT_TYPE_LATEST, Metrics
 from app.readiness import Readiness
 from app.responses import JsonResponse
@@ -54,19 +54,27 @@ async def readyz(request: Request) -> JsonResponse:
 
 
 async def _metrics_token(request: Request) -> None:
-    """`metrics.requireToken`: `metrics.bearerToken` when set, else the protocol's token."""
-    settings = request.app.state.config.metrics
+    """`metrics.requireToken`: the scrape presents `metrics.bearerToken`, else
+    `authorization.bearerToken` (a token that sees every share anyway). Never a recipient's
+    own token: the metrics name every share. With neither configured, only
+    `requireToken: false` opens the metrics."""
+    config: ServerConfig = request.app.state.config
+    settings = config.metrics
     if not settings.require_token:
         return
-    if settings.bearer_token is None:
-        await require_bearer_token(request)
-        return
+    expected = settings.bearer_token or (
+        config.authorization.bearer_token if config.authorization is not None else None
+    )
+    if expected is None:
+        raise BearerChallenge(
+            "Metrics need a token: configure metrics.bearerToken "
+            "(or metrics.requireToken: false on a private network).",
+            _METRICS_REALM,
+        )
     scheme, _, presented = (request.headers.get("authorization") or "").strip().partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
         raise BearerChallenge("Missing bearer token in the Authorization header.", _METRICS_REALM)
-    if not hmac.compare_digest(
-        presented.strip().encode("utf-8"), settings.bearer_token.encode("utf-8")
-    ):
+    if not hmac.compare_digest(presented.strip().encode("utf-8"), expected.encode("utf-8")):
         raise BearerChallenge(
             "The bearer token is invalid.", f'{_METRICS_REALM}, error="invalid_token"'
         )

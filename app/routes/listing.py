@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from app.errors import NUMBER_FORMAT_MESSAGE
 from app.responses import JsonResponse
 from sharing.catalog import Catalog
 from sharing.errors import InvalidParameter
+from sharing.numbers import INT32, NUMBER_FORMAT_MESSAGE, parse_integer
 
 __all__ = ["router"]
 
 router = APIRouter()
 
-_INT32 = re.compile(r"[+-]?\d{1,10}")
 MaxResults = Annotated[str | None, Query(alias="maxResults")]
 PageToken = Annotated[str | None, Query(alias="pageToken")]
 
@@ -25,10 +23,10 @@ def _max_results(raw: str | None) -> int | None:
     """Parse `maxResults` like the reference (a Java int): anything else is a number error."""
     if raw is None:
         return None
-    value = int(raw) if _INT32.fullmatch(raw) else None
-    if value is None or not -(2**31) <= value < 2**31:
-        raise InvalidParameter(NUMBER_FORMAT_MESSAGE)
-    return value
+    try:
+        return parse_integer(raw, INT32)
+    except ValueError:
+        raise InvalidParameter(NUMBER_FORMAT_MESSAGE) from None
 
 
 def _catalog(request: Request) -> Catalog:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
+from app.limits import check_query_fields
 from deltalog import Snapshot
 from sharing import capabilities, cdf_query, query
 from sharing.catalog import Catalog, SharedTable
@@ -76,16 +77,17 @@ async def get_metadata(
     share: str,
     schema: str,
     table: str,
-    version: Annotated[int | None, Query()] = None,
+    version: Annotated[str | None, Query()] = None,
     timestamp: Annotated[str | None, Query()] = None,
 ) -> Response:
+    number = query.metadata_version(version)
     caps = capabilities.parse(request.headers.get(capabilities.HEADER))
     id_hash = parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
-    query.validate_metadata_params(version, timestamp)
+    query.validate_metadata_params(number, timestamp)
     shared = _lookup(request, share, schema, table)
     planned = await run_in_threadpool(
         lambda: plan_metadata(
-            shared, caps, version=version, timestamp=timestamp, tables=table_service(request)
+            shared, caps, version=number, timestamp=timestamp, tables=table_service(request)
         )
     )
     headers = _headers(
@@ -99,6 +101,7 @@ async def query_table(request: Request, share: str, schema: str, table: str) -> 
     caps = capabilities.parse(request.headers.get(capabilities.HEADER))
     id_hash = parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
     body = query.parse_body(await request.body())
+    check_query_fields(request.app.state.config.limits, body)
     query.validate(body, caps)
     inputs = QueryInputs(_lookup(request, share, schema, table), body, caps, id_hash)
     if caps.async_query:

@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 
 from sharing.config.context import context_of
 from sharing.config.errors import ConfigError, Problem
+from sharing.config.oauth import OAuthConfig
 from sharing.config.storage import (
     StorageOptions,
     camel_options,
@@ -59,6 +60,7 @@ __all__ = [
     "SIGNING_SECRET_ENV",
     "AdminConfig",
     "AuthorizationConfig",
+    "LimitsConfig",
     "MetricsConfig",
     "RecipientConfig",
     "RecipientCredentialConfig",
@@ -179,6 +181,44 @@ class SslConfig(Section):
                 if not value:
                     raise Problem(f"'{key}' in a SSL config must be provided", named=False)
         return self
+
+
+# --- resource limits ------------------------------------------------------------------------
+
+_KIB = 1024
+_MIB = 1024 * _KIB
+
+
+class LimitsConfig(Section):
+    """Bounds on what one client can make the server hold or do (issue 11). Enforced by the
+    HTTP layer (`app.serving`: request line, header section, timeouts, connections) and by
+    `app.limits` (bodies, string fields, concurrent expensive requests)."""
+
+    # The request line (method, target, version) -> 414 beyond this.
+    max_request_line_bytes: Positive = 8 * _KIB
+    # The whole header section, and the number of header fields -> 431.
+    max_header_bytes: Positive = 64 * _KIB
+    max_header_count: Positive = 100
+    # Request bodies -> 413: the query routes, and every other route.
+    max_query_body_bytes: Positive = 4 * _MIB
+    max_body_bytes: Positive = 64 * _KIB
+    # String fields of a query body -> 400.
+    max_idempotency_key_chars: Positive = 256
+    max_predicate_hints_chars: Positive = 256 * _KIB  # all of predicateHints together
+    max_json_predicate_hints_chars: Positive = 1 * _MIB
+    # Slow clients: from the first byte of a request to the end of its headers, from the end
+    # of the headers to the end of the body, and an idle connection between requests.
+    header_read_timeout_seconds: Positive = 10
+    body_read_timeout_seconds: Positive = 60
+    idle_timeout_seconds: Positive = 5
+    # Open connections beyond this are answered 503 and closed at once.
+    max_connections: Positive = 1000
+    # Expensive requests (queries, change feeds, metadata and version: snapshot loads) run at
+    # most this many at a time; up to `maxQueuedRequests` more wait for a slot at most
+    # `queueTimeoutSeconds`; beyond that -> 503 with Retry-After.
+    max_concurrent_expensive_requests: Positive = 16
+    max_queued_requests: NonNegative = 256
+    queue_timeout_seconds: Positive = 10
 
 
 class MetricsConfig(Section):
@@ -420,6 +460,7 @@ class ServerConfig(Section):
     ] = Field(default=(), repr=False)
     shares: Sections[ShareConfig] = ()
     authorization: AuthorizationConfig | None = None
+    oauth: OAuthConfig = OAuthConfig()  # token endpoint, access tokens, federation
     ssl: SslConfig | None = None
     host: Annotated[Text, AfterValidator(_host)] = "localhost"
     port: Annotated[Integer, check(lambda v: 0 <= v <= 65535, "between 0 and 65535")] = 80
@@ -454,6 +495,8 @@ class ServerConfig(Section):
     # Latest snapshots checked against storage less than this long ago are served without
     # listing the log again (0: list on every request). See deltalog.table.RefreshPolicy.
     refresh_window_ms: NonNegative = 250
+    limits: LimitsConfig = LimitsConfig()
+
     metrics: MetricsConfig = MetricsConfig()
     # A snapshot load (cold or incremental) slower than this is logged at WARNING; 0: never.
     slow_snapshot_load_ms: NonNegative = 5000

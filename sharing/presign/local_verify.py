@@ -9,7 +9,9 @@ signature or the path is the same 403, so probing reveals nothing about the disk
 
 from __future__ import annotations
 
+import errno
 import hmac
+import logging
 import os
 import re
 import stat
@@ -21,10 +23,13 @@ from deltalog.storage import resolve
 from deltalog.storage.kinds import StorageKind
 from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
+from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import derive_master_key, table_key, url_signature
 
+log = logging.getLogger("lakeshare.files")
+
 CHUNK_BYTES = 1024 * 1024
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)\Z")
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)\Z")
 _SIGNATURE = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -65,8 +70,14 @@ class FileServer:
         now_ms: int | None = None,
     ) -> LocalFile:
         """The file a signed URL names, or Forbidden / ResourceNotFound."""
-        if expires is None or signature is None or not expires.isdigit():
+        if expires is None or signature is None:
             raise Forbidden("The URL is not signed.")
+        try:
+            expires_ms = parse_integer(expires, INT64, signs="")
+        except NotAnInteger:
+            raise Forbidden("The URL is not signed.") from None
+        except OutOfRange:  # never signed: no expiry this server makes is that far away
+            raise Forbidden("The URL signature is invalid.") from None
         if not _SIGNATURE.match(signature):
             raise Forbidden("The URL signature is invalid.")
         try:
@@ -74,11 +85,11 @@ class FileServer:
         except ResourceNotFound:
             raise Forbidden("The URL signature is invalid.") from None
         key = table_key(self._master, shared.share, shared.schema, shared.name)
-        expected = url_signature(key, relative, int(expires))
+        expected = url_signature(key, relative, expires_ms)
         if not hmac.compare_digest(expected, signature):
             raise Forbidden("The URL signature is invalid.")
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        if int(expires) < now:
+        if expires_ms < now:
             raise Forbidden("The URL has expired.")
         path = resolve_inside(shared.config.location, relative)
         try:
@@ -125,17 +136,27 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not first and not last:
         return None
     if not first:  # suffix range: the last n bytes
-        length = int(last)
+        length = _offset(last)
         if length == 0 or size == 0:
             raise RangeNotSatisfiable(size)
         return max(0, size - length), size - 1
-    start = int(first)
-    end = int(last) if last else size - 1
+    start = _offset(first)
+    end = _offset(last) if last else size - 1
     if last and end < start:
         return None
     if start >= size:
         raise RangeNotSatisfiable(size)
     return start, min(end, size - 1)
+
+
+def _offset(digits: str) -> int:
+    """A byte offset or length of a `Range` header; any value beyond int64 is beyond every
+    file, so it stands for int64's maximum (the range is then cut or unsatisfiable as the
+    exact value would make it)."""
+    try:
+        return parse_integer(digits, INT64, signs="")
+    except OutOfRange:
+        return INT64.high
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +181,67 @@ def file_reply(found: LocalFile, range_header: str | None) -> FileReply:
     return FileReply(206, headers, start, length)
 
 
-def read_chunks(path: str, start: int, length: int) -> Iterator[bytes]:
-    """`length` bytes of the file from `start`, in chunks of at most CHUNK_BYTES."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        remaining = length
-        while remaining > 0:
-            chunk = f.read(min(CHUNK_BYTES, remaining))
-            if not chunk:
-                return
-            remaining -= len(chunk)
-            yield chunk
+class OpenedFile:
+    """A file opened, sized and read from before any response header is sent, so an
+    unreadable file becomes an error response rather than a 200 with a cut-off body.
+
+    `reply` is what to answer; `chunks()` streams the body (the first chunk was read while
+    opening) and closes the file at the end; `close()` when the body is not wanted (HEAD).
+    """
+
+    def __init__(self, found: LocalFile, range_header: str | None, *, head: bool) -> None:
+        self.path = found.path
+        try:
+            self._file = open(found.path, "rb")  # noqa: SIM115 - closed by chunks()/close()
+        except OSError as exc:
+            raise _unreadable(found.path, exc) from None
+        try:
+            # The open file's own size: the reply must match what this descriptor reads.
+            size = os.fstat(self._file.fileno()).st_size
+            self.reply = file_reply(LocalFile(found.path, size), range_header)
+            self._file.seek(self.reply.start)
+            self._remaining = self.reply.length
+            want = min(1 if head else CHUNK_BYTES, self._remaining)
+            self._first = self._file.read(want) if want else b""
+            if len(self._first) < want:
+                raise OSError(errno.EIO, "the file is shorter than its size")
+        except OSError as exc:
+            self.close()
+            raise _unreadable(found.path, exc) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._file.close()
+
+    def chunks(self) -> Iterator[bytes]:
+        try:
+            if self._first:
+                self._remaining -= len(self._first)
+                yield self._first
+            while self._remaining > 0:
+                try:
+                    chunk = self._file.read(min(CHUNK_BYTES, self._remaining))
+                except OSError as exc:
+                    # Headers are out: the client sees a body shorter than Content-Length.
+                    log.error("reading %s failed mid-response: %s", self.path, exc.strerror)
+                    return
+                if not chunk:
+                    log.error("%s ended before its size mid-response", self.path)
+                    return
+                self._remaining -= len(chunk)
+                yield chunk
+        finally:
+            self.close()
+
+
+def _unreadable(path: str, exc: OSError) -> SharingError:
+    """The error response for a verified file the server cannot open or read, logged at
+    ERROR for the provider (the client's message says nothing about the disk)."""
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+        return ResourceNotFound("The file does not exist (it may have been vacuumed).")
+    log.error("cannot read data file %s: %s", path, exc.strerror or exc)
+    if isinstance(exc, PermissionError):
+        return Forbidden("The server is not permitted to read this file.")
+    return SharingError("The server could not read this file.")

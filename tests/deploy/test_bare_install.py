@@ -164,7 +164,16 @@ def test_serve_runs_from_the_bare_install(
             json={},
         )
         assert query.status_code == 200, query.text
-        assert sum(1 for line in query.text.splitlines() if '"file"' in line) > 0
+        files = sum(1 for line in query.text.splitlines() if '"file"' in line)
+        assert files > 0
+        assert httpx.get(f"{base}/readyz").json()["status"] == "ready"
+        # prometheus-client is a runtime dependency; `serve` counts in multiprocess mode.
+        metrics = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert metrics.status_code == 200, metrics.text
+        assert (
+            f'lakeshare_files_served_total{{schema="schema",share="share",table="table"}} {files}.0'
+            in metrics.text
+        )
     finally:
         stop(process)
         log.close()

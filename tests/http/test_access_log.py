@@ -14,6 +14,7 @@ import httpx
 import orjson
 import pytest
 from fastapi import Request
+from starlette.responses import StreamingResponse
 from starlette.testclient import TestClient
 
 from app.logs import JsonFormatter, configure_logging
@@ -189,3 +190,25 @@ def test_serve_logging_drops_url_loggers() -> None:
             lg.setLevel(level)
             lg.disabled, lg.propagate = disabled, propagate
             lg.handlers[:] = handlers
+
+
+def test_stream_cut_short_is_marked_aborted(caplog: pytest.LogCaptureFixture) -> None:
+    """A body that fails after it started keeps its 200 (already sent); the access line
+    and the metrics say it was cut short. A stand-in route fails on purpose."""
+
+    def broken() -> Iterator[bytes]:
+        yield b'{"protocol":{}}\n'
+        raise RuntimeError("storage went away mid-stream")
+
+    async def route() -> StreamingResponse:
+        return StreamingResponse(broken(), media_type="application/x-ndjson")
+
+    caplog.set_level(logging.INFO)
+    app = create_app(make_config(metrics={"requireToken": False}))
+    app.add_api_route("/broken", route)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        client.get("/broken", headers={"X-Request-Id": "req-cut"})
+        scraped = client.get("/metrics").text
+    line = _access(caplog, "req-cut")
+    assert line["status"] == 200 and line["aborted"] is True and line["files"] == 0
+    assert 'lakeshare_http_aborted_responses_total{route="/broken"} 1.0' in scraped

@@ -186,7 +186,12 @@ def test_metrics_settings(tmp_path: Path) -> None:
     anonymous = _config(tables, metrics={"requireToken": False})
     with run_server(anonymous, tmp_path / "b") as server:  # type: ignore[arg-type]
         assert httpx.get(_root(server, "/metrics")).status_code == 200
-    disabled = _config(tables, metrics={"enabled": False})
+    # No token at all: the metrics stay closed unless requireToken is false.
+    unauthenticated = make_config({"shares": []}, authorization=None)
+    with run_server(unauthenticated, tmp_path / "d") as server:
+        refused = httpx.get(_root(server, "/metrics"))
+        assert refused.status_code == 401 and "metrics.bearerToken" in refused.json()["message"]
+        disabled = _config(tables, metrics={"enabled": False})
     with run_server(disabled, tmp_path / "c") as server:  # type: ignore[arg-type]
         assert httpx.get(_root(server, "/metrics"), headers=server.auth_headers).status_code == 404
         assert httpx.get(server.url("/shares"), headers=server.auth_headers).status_code == 200

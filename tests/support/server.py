@@ -1,4 +1,4 @@
-"""Run the real server (uvicorn + `create_app`) on 127.0.0.1 for HTTP tests.
+"""Run the real server (app.serving's uvicorn + `create_app`) on 127.0.0.1 for HTTP tests.
 
     from server_fixture import run_server, make_config
 
@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
-
 from app.main import create_app
+from app.serving import build_server
 from sharing.config import ServerConfig, parse_config
 
 __all__ = ["TEST_BEARER_TOKEN", "TEST_SIGNING_SECRET", "RunningServer", "make_config", "run_server"]
@@ -87,14 +86,8 @@ def run_server(
     """Serve `config` on a free 127.0.0.1 port; write `<directory>/profile.share` for it."""
     sock = _bind_free_port()
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config),
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-        )
-    )
+    # The production serving stack (app.serving), with the config's limits.
+    server = build_server(create_app(config), config.limits, lifespan="on")
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name=f"lakeshare-{port}", daemon=True
     )

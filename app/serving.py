@@ -1,0 +1,288 @@
+"""The HTTP server around the app: uvicorn with httptools, plus the limits uvicorn lacks.
+
+uvicorn's httptools protocol has no bound on the request line or the header section (one
+endless header line is buffered whole before any callback runs), does not time out a
+client that sends its headers a byte at a time, never closes a connection that sends
+nothing, and accepts any number of connections. `limited_protocol` subclasses it to enforce
+the `limits:` section of the configuration at the byte level, before the app sees a
+request:
+
+- request line longer than `maxRequestLineBytes` -> 414; header section larger than
+  `maxHeaderBytes` or with more than `maxHeaderCount` fields -> 431 (counted as bytes
+  arrive, so memory per connection stays bounded by one read);
+- no complete header section `headerReadTimeoutSeconds` after its first byte -> 408;
+  no complete body `bodyReadTimeoutSeconds` after the headers -> closed; a connection
+  silent for `idleTimeoutSeconds` (also right after it opens) -> closed;
+- more than `maxConnections` open connections -> 503 with Retry-After, closed at once.
+
+Refusals are the protocol's JSON error body and close the connection. `build_server` is
+the one place that builds the uvicorn server, so the process model (workers) extends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+import httptools
+import orjson
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from sharing.config import LimitsConfig
+
+__all__ = ["build_server", "limited_protocol", "refusal_bytes", "run"]
+
+log = logging.getLogger("lakeshare.server")
+
+
+def refusal_bytes(
+    status: int, error_code: str, message: str, extra_headers: tuple[tuple[str, str], ...] = ()
+) -> bytes:
+    """A complete HTTP/1.1 response with the protocol's JSON error body that closes the
+    connection (written straight to the socket: there is no request for the app)."""
+    body = orjson.dumps({"errorCode": error_code, "message": message})
+    head = [
+        STATUS_LINE[status],
+        b"content-type: application/json; charset=utf-8\r\n",
+        b"content-length: %d\r\n" % len(body),
+        b"connection: close\r\n",
+    ]
+    head.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in extra_headers)
+    head.append(b"\r\n")
+    return b"".join(head) + body
+
+
+class _Refused(Exception):
+    """Raised inside a parser callback to stop parsing; the refusal is already recorded."""
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the byte-level limits of `limits` (a class
+    attribute, set by `limited_protocol`)."""
+
+    limits: LimitsConfig = LimitsConfig()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._awaiting_head = True  # between requests or inside a header section
+        self._unparsed_head_bytes = 0  # bytes fed since the current head began
+        self._head_bytes = 0  # request line + header fields of the current head
+        self._header_count = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._refusal: bytes | None = None
+
+    # --- connection --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            log.warning(
+                "refused a connection: %d open, maxConnections is %d",
+                len(self.connections) - 1,
+                self.limits.max_connections,
+            )
+            self._refuse(
+                503,
+                "TEMPORARILY_UNAVAILABLE",
+                "The server has too many open connections; retry shortly.",
+                (("retry-after", "1"),),
+            )
+            return
+        # uvicorn arms its keep-alive timer only after a response: a connection that never
+        # sends a byte would otherwise stay open forever.
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None or self.transport.is_closing():
+            return
+        self._unset_keepalive_if_required()
+        if self._awaiting_head:
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(
+                    self.limits.header_read_timeout_seconds, self._head_timed_out
+                )
+            self._unparsed_head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError:
+            if self._refusal is None:
+                self.logger.warning("Invalid HTTP request received.")
+                self._refuse(400, "MALFORMED_REQUEST", "Invalid HTTP request received.")
+            else:
+                self._send_refusal()
+            return
+        if self._awaiting_head and self._unparsed_head_bytes > self.limits.max_header_bytes:
+            # A head still incomplete after more bytes than it may hold: whatever part of it
+            # the parser buffered is bounded by this one read.
+            self._refuse_head_too_large()
+
+    # --- parser callbacks --------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = 0
+        self._header_count = 0
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        self._head_bytes += len(url)
+        if len(self.url) > self.limits.max_request_line_bytes:
+            self._record(
+                414,
+                "MALFORMED_REQUEST",
+                f"The request line is longer than {self.limits.max_request_line_bytes} bytes.",
+            )
+            raise _Refused
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._head_bytes += len(name) + len(value) + 4
+        if self._header_count > self.limits.max_header_count:
+            self._record(
+                431,
+                "MALFORMED_REQUEST",
+                f"The request has more than {self.limits.max_header_count} header fields.",
+            )
+            raise _Refused
+        if self._head_bytes > self.limits.max_header_bytes:
+            self._record_head_too_large()
+            raise _Refused
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._awaiting_head = False
+        self._unparsed_head_bytes = 0
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self._body_timer = self.loop.call_later(
+            self.limits.body_read_timeout_seconds, self._body_timed_out
+        )
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        self._awaiting_head = True
+        super().on_message_complete()
+
+    # --- refusals ----------------------------------------------------------------------
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._awaiting_head and not self.transport.is_closing():
+            log.warning(
+                "closed a connection whose headers did not arrive within %ss",
+                self.limits.header_read_timeout_seconds,
+            )
+            self._refuse(
+                408,
+                "MALFORMED_REQUEST",
+                "The request headers did not arrive within "
+                f"{self.limits.header_read_timeout_seconds} seconds.",
+            )
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if not self._awaiting_head and not self.transport.is_closing():
+            log.warning(
+                "closed a connection whose request body did not arrive within %ss",
+                self.limits.body_read_timeout_seconds,
+            )
+            # The app may be reading the body: it sees the client disconnect.
+            self.transport.close()
+
+    def _record_head_too_large(self) -> None:
+        self._record(
+            431,
+            "MALFORMED_REQUEST",
+            f"The request header section is larger than {self.limits.max_header_bytes} bytes.",
+        )
+
+    def _refuse_head_too_large(self) -> None:
+        self._record_head_too_large()
+        self._send_refusal()
+
+    def _record(
+        self,
+        status: int,
+        error_code: str,
+        message: str,
+        extra_headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        if self._refusal is None:
+            log.warning("refused a request (%d): %s", status, message)
+            self._refusal = refusal_bytes(status, error_code, message, extra_headers)
+
+    def _refuse(
+        self,
+        status: int,
+        error_code: str,
+        message: str,
+        extra_headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self._record(status, error_code, message, extra_headers)
+        self._send_refusal()
+
+    def _send_refusal(self) -> None:
+        """Write the recorded refusal (unless a response is under way) and close."""
+        self._cancel_timers()
+        self._unset_keepalive_if_required()
+        if self.transport.is_closing():
+            return
+        if self._refusal is not None and (self.cycle is None or self.cycle.response_complete):
+            self.transport.write(self._refusal)
+        self.transport.close()
+
+
+def limited_protocol(limits: LimitsConfig) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to `limits`."""
+    return type("LakeshareHttpProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+
+
+def build_server(app: ASGIApp, limits: LimitsConfig, **options: Any) -> uvicorn.Server:
+    """The uvicorn server for `app` with `limits` enforced; `options` are more
+    `uvicorn.Config` arguments (TLS files, ...)."""
+    config = uvicorn.Config(
+        app,
+        http=limited_protocol(limits),
+        log_config=None,
+        access_log=False,  # ours omits query strings, which may carry signatures
+        server_header=False,
+        date_header=False,
+        timeout_keep_alive=limits.idle_timeout_seconds,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        **options,
+    )
+    return uvicorn.Server(config)
+
+
+def run(app: ASGIApp, sock: socket.socket, limits: LimitsConfig, **options: Any) -> int:
+    """Serve `app` on the bound `sock` until stopped; the process exit code."""
+    server = build_server(app, limits, **options)
+    server.run(sockets=[sock])
+    return 0 if server.started else 1

@@ -1,0 +1,174 @@
+"""Lakeshare's access tokens: short-lived JWTs (RFC 9068 shape) naming the recipient and the
+credential (OAuth client) they were issued to.
+
+A replica verifies one with the configured key alone — no database round trip. Whether the
+recipient or the credential was revoked or disabled since is answered by the recipient
+directory's cache (refreshed from the store every `store.cacheSeconds`), so a revocation is
+enforced within that delay although the token itself has not expired.
+
+Refused: any algorithm but the configured one (so `alg: none` and algorithm confusion), a
+`typ` other than `at+jwt`, another issuer or audience, an expired or not-yet-valid token, a
+token longer than MAX_TOKEN_CHARS, missing claims.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+
+from sharing.config import ServerConfig
+from sharing.recipients.oauth.signing import AccessTokenKey
+
+__all__ = [
+    "MAX_TOKEN_CHARS",
+    "TOKEN_TYPE",
+    "AccessTokenClaims",
+    "AccessTokens",
+    "InvalidAccessToken",
+    "IssuedAccessToken",
+    "issuer_of",
+    "unverified_parts",
+]
+
+MAX_TOKEN_CHARS = 4096
+TOKEN_TYPE = "at+jwt"
+
+
+class InvalidAccessToken(ValueError):
+    """Why a token is refused (safe to show: never contains the token)."""
+
+
+@dataclass(frozen=True)
+class IssuedAccessToken:
+    token: str
+    expires_in: int
+    scope: str | None
+
+
+@dataclass(frozen=True)
+class AccessTokenClaims:
+    recipient: str
+    client_id: str
+    expires_at: int  # epoch seconds
+
+
+def issuer_of(config: ServerConfig) -> str:
+    """The `iss` of Lakeshare's access tokens (and, by default, the audience client
+    assertions name): `oauth.issuer`, else the public URL of the endpoint, else a name
+    derived from the endpoint path — the same on every replica with the same file."""
+    if config.oauth.issuer:
+        return config.oauth.issuer
+    if config.public_url:
+        return config.public_url + config.endpoint
+    return f"urn:lakeshare:{config.endpoint}"
+
+
+def unverified_parts(token: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(header, claims) of something shaped like a signed JWT, unverified — only to decide
+    which verifier it is for; None when it is not a JWT at all."""
+    pieces = token.split(".")
+    if len(pieces) != 3:
+        return None
+    try:
+        decoded = [
+            json.loads(base64.urlsafe_b64decode(piece + "=" * (-len(piece) % 4)))
+            for piece in pieces[:2]
+        ]
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+    header, claims = decoded
+    if not isinstance(header, dict) or not isinstance(claims, dict) or "alg" not in header:
+        return None
+    return header, claims
+
+
+class AccessTokens:
+    def __init__(
+        self,
+        key: AccessTokenKey,
+        issuer: str,
+        *,
+        ttl_seconds: int = 3600,
+        leeway_seconds: int = 30,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.key = key
+        self.issuer = issuer
+        self.ttl_seconds = ttl_seconds
+        self.leeway_seconds = leeway_seconds
+        self._clock = clock
+
+    @classmethod
+    def from_config(cls, config: ServerConfig, key: AccessTokenKey) -> AccessTokens:
+        return cls(
+            key,
+            issuer_of(config),
+            ttl_seconds=config.oauth.access_token_ttl_seconds,
+            leeway_seconds=config.oauth.clock_skew_seconds,
+        )
+
+    def issue(
+        self, recipient: str, client_id: str, *, scope: str | None = None, ttl: int | None = None
+    ) -> IssuedAccessToken:
+        """A token for `recipient` through the client `client_id`, valid `ttl` seconds (the
+        configured lifetime, or less when the credential ends sooner)."""
+        lifetime = self.ttl_seconds if ttl is None else max(1, min(ttl, self.ttl_seconds))
+        now = int(self._clock())
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "aud": self.issuer,
+            "sub": recipient,
+            "client_id": client_id,
+            "iat": now,
+            "nbf": now,
+            "exp": now + lifetime,
+            "jti": secrets.token_urlsafe(12),
+        }
+        if scope:
+            claims["scope"] = scope
+        headers: dict[str, Any] = {"typ": TOKEN_TYPE}
+        if self.key.key_id:
+            headers["kid"] = self.key.key_id
+        token = jwt.encode(claims, self.key.signing_key, self.key.algorithm, headers=headers)
+        return IssuedAccessToken(token, lifetime, scope)
+
+    def is_ours(self, claims: dict[str, Any]) -> bool:
+        return claims.get("iss") == self.issuer
+
+    def verify(self, token: str) -> AccessTokenClaims:
+        if len(token) > MAX_TOKEN_CHARS:
+            raise InvalidAccessToken("the access token is too long")
+        try:
+            header = jwt.get_unverified_header(token)
+            if header.get("typ") != TOKEN_TYPE:
+                raise InvalidAccessToken("not a Lakeshare access token")
+            claims = jwt.decode(
+                token,
+                self.key.verifying_key,
+                algorithms=[self.key.algorithm],
+                audience=self.issuer,
+                issuer=self.issuer,
+                leeway=self.leeway_seconds,
+                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+            )
+        except jwt.ExpiredSignatureError:
+            raise InvalidAccessToken("the access token has expired") from None
+        except jwt.InvalidTokenError as exc:
+            raise InvalidAccessToken(f"the access token is invalid: {_reason(exc)}") from None
+        recipient, client_id = claims.get("sub"), claims.get("client_id")
+        if not isinstance(recipient, str) or not isinstance(client_id, str):
+            raise InvalidAccessToken("the access token names no recipient")
+        return AccessTokenClaims(recipient, client_id, int(claims["exp"]))
+
+
+def _reason(exc: jwt.InvalidTokenError) -> str:
+    """PyJWT's message, bounded (it never includes the token)."""
+    return (str(exc) or type(exc).__name__)[:200]

@@ -1,0 +1,69 @@
+"""Failed authentications per client address, in a sliding window, per process.
+
+After `limit` failures from one address within `window` seconds, the token endpoint answers
+429 with `Retry-After` (the seconds until the oldest counted failure leaves the window)
+without looking at the credentials, so guessing secrets costs the guesser time. The count
+is per replica (N replicas allow N x limit): it throttles guessing, it is no lockout.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+__all__ = ["FailedAttempts"]
+
+_MAX_ADDRESSES = 10_000
+
+
+class FailedAttempts:
+    def __init__(
+        self,
+        limit: int,
+        window_seconds: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.limit = limit
+        self.window = window_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def retry_after(self, address: str | None) -> int | None:
+        """Seconds the address must wait, or None when it may try now."""
+        if self.limit <= 0:
+            return None
+        key = address or "?"
+        now = self._clock()
+        with self._lock:
+            failures = self._failures.get(key)
+            if failures is None:
+                return None
+            self._expire(failures, now)
+            if len(failures) < self.limit:
+                return None
+            return max(1, math.ceil(failures[0] + self.window - now))
+
+    def failed(self, address: str | None) -> None:
+        if self.limit <= 0:
+            return
+        key = address or "?"
+        now = self._clock()
+        with self._lock:
+            failures = self._failures.get(key)
+            if failures is None:
+                failures = self._failures[key] = deque(maxlen=self.limit)
+                while len(self._failures) > _MAX_ADDRESSES:
+                    self._failures.popitem(last=False)
+            else:
+                self._failures.move_to_end(key)
+            self._expire(failures, now)
+            failures.append(now)
+
+    def _expire(self, failures: deque[float], now: float) -> None:
+        while failures and failures[0] + self.window <= now:
+            failures.popleft()

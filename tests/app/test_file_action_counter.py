@@ -1,0 +1,54 @@
+"""Counting file-action lines in NDJSON bodies as they stream (app.middleware), against
+counting the lines of the whole body: for chunks as the response writers send them (whole
+lines, a batch of file lines per chunk) and for bodies cut anywhere inside lines."""
+
+from __future__ import annotations
+
+import random
+
+from app.middleware import _FileActionCounter
+
+FILE_KINDS = [
+    b'{"file":{"id":"a","url":"u"}}',
+    b'{"add":{"path":"p"}}',
+    b'{"cdf":{}}',
+    b'{"remove":{}}',
+]
+OTHER_KINDS = [
+    b'{"protocol":{"minReaderVersion":1}}',
+    b'{"metaData":{"description":"a \\"file\\": in a string\\n{\\"add\\":"}}',
+    b'{"endStreamAction":{"refreshToken":"t"}}',
+]
+
+
+def _expected(lines: list[bytes]) -> int:
+    return sum(
+        1 for line in lines if line.startswith((b'{"file":', b'{"add":', b'{"cdf":', b'{"remove":'))
+    )
+
+
+def test_writer_chunks() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        chunks: list[list[bytes]] = [[rng.choice(OTHER_KINDS)]]
+        for _ in range(rng.randint(0, 8)):
+            kinds = FILE_KINDS if rng.random() < 0.7 else OTHER_KINDS
+            chunks.append([rng.choice(kinds) for _ in range(rng.randint(1, 20))])
+        counter = _FileActionCounter()
+        for lines in chunks:
+            counter.feed(b"\n".join(lines) + b"\n")
+        assert counter.count == _expected([line for lines in chunks for line in lines])
+
+
+def test_bodies_cut_inside_lines() -> None:
+    rng = random.Random(11)
+    for _ in range(500):
+        lines = [rng.choice(FILE_KINDS + OTHER_KINDS) for _ in range(rng.randint(1, 40))]
+        body = b"\n".join(lines) + b"\n"
+        line_ends = {i + 1 for i, byte in enumerate(body) if byte == ord("\n")}
+        inside = [i for i in range(1, len(body)) if i not in line_ends]
+        cuts = sorted(rng.sample(inside, min(len(inside), rng.randint(1, 30))))
+        counter = _FileActionCounter()
+        for begin, end in zip([0, *cuts], [*cuts, len(body)], strict=True):
+            counter.feed(body[begin:end])
+        assert counter.count == _expected(lines)

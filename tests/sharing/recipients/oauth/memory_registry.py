@@ -1,0 +1,55 @@
+"""A dict-backed ClientRegistry for unit tests of the OAuth package on its own (the store-
+backed registry over the recipient directory is tested through HTTP). It is a complete,
+simple implementation of the interface, not a mock: secrets are kept as SHA-256 digests and
+compared in constant time, and `admit` applies a disabled set."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+
+from sharing.errors import Forbidden
+from sharing.recipients.oauth.clients import ClientKind, RegisteredClient
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+@dataclass
+class MemoryRegistry:
+    clients: dict[str, RegisteredClient] = field(default_factory=dict)
+    secrets: dict[str, bytes] = field(default_factory=dict)
+    disabled: set[str] = field(default_factory=set)
+
+    def add_secret_client(self, client_id: str, recipient: str, secret: str, **kw: object) -> None:
+        self.clients[client_id] = RegisteredClient(client_id, recipient, ClientKind.SECRET, **kw)  # type: ignore[arg-type]
+        self.secrets[client_id] = _digest(secret)
+
+    def add_key_client(
+        self, client_id: str, recipient: str, public_key: str, key_id: str | None = None
+    ) -> None:
+        self.clients[client_id] = RegisteredClient(
+            client_id, recipient, ClientKind.KEY, public_key=public_key, key_id=key_id
+        )
+
+    def client(self, client_id: str) -> RegisteredClient | None:
+        return self.clients.get(client_id)
+
+    def key_clients(self, recipient: str, key_id: str | None) -> list[RegisteredClient]:
+        return [
+            c
+            for c in self.clients.values()
+            if c.recipient == recipient
+            and c.kind is ClientKind.KEY
+            and (key_id is None or c.key_id in (None, key_id))
+        ]
+
+    def secret_matches(self, client: RegisteredClient, secret: str) -> bool:
+        expected = self.secrets.get(client.client_id, b"")
+        return hmac.compare_digest(_digest(secret), expected)
+
+    def admit(self, client: RegisteredClient, address: str | None) -> None:
+        if client.recipient in self.disabled:
+            raise Forbidden(f"recipient '{client.recipient}' is disabled")
