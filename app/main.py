@@ -10,6 +10,7 @@ from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
+from app.openapi import OPENAPI_PATH, serve_openapi
 from app.routes import credentials, files, health, landing, listing, queries, tables
 from sharing.async_queries import build_service
 from sharing.catalog import Catalog
@@ -77,6 +78,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(landing.router)
     app.add_api_route(prefix, landing.landing, methods=["GET"], include_in_schema=False)
     app.add_api_route(prefix + "/", landing.landing, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        prefix + OPENAPI_PATH, serve_openapi, methods=["GET"], include_in_schema=False
+    )
 
     install_error_handlers(app)
     app.add_middleware(LimitsMiddleware, config=config)  # inside the timeout and request id
