@@ -86,5 +86,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(LimitsMiddleware, config=config)  # inside the timeout and request id
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
     # Added last = outermost.
-    app.add_middleware(RequestContextMiddleware, observer=metrics, endpoint=config.endpoint)
+    app.add_middleware(
+        RequestContextMiddleware,
+        observer=metrics,
+        endpoint=config.endpoint,
+        quiet_routes=health.QUIET_ROUTES | {config.metrics.path},
+    )
     return app

@@ -212,13 +212,20 @@ class RequestContextMiddleware:
     holds a token or a query string (signed URLs carry their signature there)."""
 
     def __init__(
-        self, app: ASGIApp, observer: RequestObserver | None = None, endpoint: str = ""
+        self,
+        app: ASGIApp,
+        observer: RequestObserver | None = None,
+        endpoint: str = "",
+        quiet_routes: frozenset[str] = frozenset(),
     ) -> None:
         """`endpoint`: the protocol prefix, which route templates of routers included
-        under it may lack (FastAPI version dependent); logs and metrics show it."""
+        under it may lack (FastAPI version dependent); logs and metrics show it.
+        `quiet_routes`: routes whose successful requests are logged at DEBUG (probes and
+        scrapes every few seconds would bury the requests that matter)."""
         self.app = app
         self.observer = observer
         self.endpoint = endpoint
+        self.quiet_routes = quiet_routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -313,7 +320,15 @@ class RequestContextMiddleware:
             fields["files"] = record.file_actions
         if record.aborted:
             fields["aborted"] = True
-        access_log.info("%s %s %s", record.method, record.path, record.status, extra=fields)
+        quiet = record.route in self.quiet_routes and record.status < 400
+        access_log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "%s %s %s",
+            record.method,
+            record.path,
+            record.status,
+            extra=fields,
+        )
         if self.observer is not None:
             try:
                 self.observer.request_finished(record)

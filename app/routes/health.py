@@ -24,10 +24,12 @@ from app.responses import JsonResponse
 from sharing.config import ServerConfig
 from sharing.tokens import TokenCodec
 
-__all__ = ["install", "router"]
+__all__ = ["QUIET_ROUTES", "install", "router"]
 
 router = APIRouter()
 
+# Probed every few seconds: their successful requests are logged at DEBUG.
+QUIET_ROUTES = frozenset({"/healthz", "/readyz"})
 _METRICS_REALM = 'Bearer realm="lakeshare-metrics"'
 
 

@@ -43,8 +43,15 @@ def _recipients_v1(connection: Connection) -> None:
     connection.execute(schema.state.insert().values(key="recipients", value=0))
 
 
+def _oauth_jtis(connection: Connection) -> None:
+    from sharing.recipients.oauth.store_ledger import create_tables
+
+    create_tables(connection)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
+    Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
 ]
 
 

@@ -129,6 +129,20 @@ def test_error_lines_name_the_error_code(
     assert line["error_code"] == "UNAUTHENTICATED" and "share" not in line
 
 
+def test_probes_and_scrapes_are_quiet(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Successful probes and scrapes go to DEBUG; a failing one stays at INFO."""
+    caplog.set_level(logging.DEBUG)
+    root = server.url("").removesuffix(PREFIX)
+    httpx.get(root + "/readyz", headers={"X-Request-Id": "req-probe"})
+    httpx.get(root + "/metrics", headers={**server.auth_headers, "X-Request-Id": "req-scrape"})
+    httpx.get(root + "/metrics", headers={"X-Request-Id": "req-scrape-denied"})
+    assert _access(caplog, "req-probe")["level"] == "DEBUG"
+    assert _access(caplog, "req-scrape")["level"] == "DEBUG"
+    assert _access(caplog, "req-scrape-denied")["level"] == "INFO"
+
+
 def test_generated_request_id_is_echoed_and_logged(
     server: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -156,13 +156,24 @@ class AccessTokens:
                 algorithms=[self.key.algorithm],
                 audience=self.issuer,
                 issuer=self.issuer,
-                leeway=self.leeway_seconds,
-                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+                options={
+                    "require": ["exp", "iat", "iss", "aud", "sub"],
+                    # Times are checked below against this object's clock.
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
             )
-        except jwt.ExpiredSignatureError:
-            raise InvalidAccessToken("the access token has expired") from None
         except jwt.InvalidTokenError as exc:
             raise InvalidAccessToken(f"the access token is invalid: {_reason(exc)}") from None
+        now = self._clock()
+        expires, not_before = claims.get("exp"), claims.get("nbf", 0)
+        if not isinstance(expires, int) or not isinstance(not_before, int):
+            raise InvalidAccessToken("the access token's times are not integers")
+        if now >= expires + self.leeway_seconds:
+            raise InvalidAccessToken("the access token has expired")
+        if now < not_before - self.leeway_seconds:
+            raise InvalidAccessToken("the access token is not valid yet")
         recipient, client_id = claims.get("sub"), claims.get("client_id")
         if not isinstance(recipient, str) or not isinstance(client_id, str):
             raise InvalidAccessToken("the access token names no recipient")

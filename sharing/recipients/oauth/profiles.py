@@ -11,35 +11,45 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sharing.config import ServerConfig
+from sharing.recipients.model import Credential, CredentialType
 from sharing.recipients.oauth.access_tokens import issuer_of
+from sharing.recipients.oauth.public_keys import default_algorithm
 
 __all__ = [
+    "ProfileSettings",
     "client_credentials_profile",
+    "credential_profile",
     "private_key_jwt_profile",
-    "token_endpoint_url",
 ]
 
 
-def token_endpoint_url(config: ServerConfig, endpoint_url: str) -> str:
-    """The token endpoint's absolute URL, given the sharing endpoint's (`endpoint_url`, as
-    the profile names it: `<base>{endpoint}`)."""
-    return endpoint_url.rstrip("/") + config.oauth.token_path
+@dataclass(frozen=True)
+class ProfileSettings:
+    """What of the configuration a profile depends on."""
 
+    token_path: str = "/oauth/token"
+    issuer: str | None = None  # None: the token endpoint's URL is the assertions' audience
 
-def assertion_audience(config: ServerConfig, endpoint_url: str) -> str:
-    """What a private-key JWT profile names as `issuer` (the assertions' `aud`): the
-    configured `oauth.issuer` if any, else the token endpoint's URL (which the server also
-    accepts as audience)."""
-    if config.oauth.issuer or config.public_url:
-        return issuer_of(config)
-    return token_endpoint_url(config, endpoint_url)
+    @classmethod
+    def of(cls, config: ServerConfig | None) -> ProfileSettings:
+        if config is None:
+            return cls()
+        named = bool(config.oauth.issuer or config.public_url)
+        return cls(config.oauth.token_path, issuer_of(config) if named else None)
+
+    def token_endpoint(self, endpoint_url: str) -> str:
+        return endpoint_url.rstrip("/") + self.token_path
+
+    def assertion_audience(self, endpoint_url: str) -> str:
+        return self.issuer or self.token_endpoint(endpoint_url)
 
 
 def client_credentials_profile(
-    config: ServerConfig,
+    settings: ProfileSettings,
     endpoint_url: str,
     client_id: str,
     client_secret: str,
@@ -50,7 +60,7 @@ def client_credentials_profile(
         "shareCredentialsVersion": 2,
         "type": "oauth_client_credentials",
         "endpoint": endpoint_url,
-        "tokenEndpoint": token_endpoint_url(config, endpoint_url),
+        "tokenEndpoint": settings.token_endpoint(endpoint_url),
         "clientId": client_id,
         "clientSecret": client_secret,
     }
@@ -60,7 +70,7 @@ def client_credentials_profile(
 
 
 def private_key_jwt_profile(
-    config: ServerConfig,
+    settings: ProfileSettings,
     endpoint_url: str,
     client_id: str,
     *,
@@ -70,8 +80,8 @@ def private_key_jwt_profile(
     scope: str | None = None,
 ) -> dict[str, Any]:
     auth: dict[str, Any] = {
-        "tokenEndpoint": token_endpoint_url(config, endpoint_url),
-        "issuer": assertion_audience(config, endpoint_url),
+        "tokenEndpoint": settings.token_endpoint(endpoint_url),
+        "issuer": settings.assertion_audience(endpoint_url),
         "clientId": client_id,
         "audience": endpoint_url,
         "privateKey": {
@@ -88,3 +98,27 @@ def private_key_jwt_profile(
         "endpoint": endpoint_url,
         "auth": auth,
     }
+
+
+def credential_profile(
+    credential: Credential,
+    secret: str | None,
+    endpoint_url: str,
+    *,
+    config: ServerConfig | None = None,
+    private_key_file: str | None = None,
+) -> dict[str, Any]:
+    """The profile of an `oauth` or `private-key-jwt` credential (the client id is the
+    credential id). For a private-key JWT, `private_key_file` is where the recipient keeps
+    the private key (the server never holds it once generated)."""
+    settings = ProfileSettings.of(config)
+    if credential.type is CredentialType.OAUTH:
+        return client_credentials_profile(settings, endpoint_url, credential.id, secret or "")
+    return private_key_jwt_profile(
+        settings,
+        endpoint_url,
+        credential.id,
+        private_key_file=private_key_file or "<path to the private key>",
+        key_id=credential.key_id or "",
+        algorithm=default_algorithm(credential.public_key or ""),
+    )

@@ -8,6 +8,7 @@ verification to another family (e.g. HMAC keyed with the public key, or `none`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,10 @@ __all__ = [
     "GENERATED_ALGORITHMS",
     "InvalidPublicKey",
     "PublicKey",
+    "default_algorithm",
     "generate_key_pair",
     "load_public_key",
+    "registered_key",
 ]
 
 MIN_RSA_BITS = 2048
@@ -123,3 +126,27 @@ def generate_key_pair(algorithm: str = "RS256") -> tuple[str, str]:
         .decode("ascii")
     )
     return private_pem, public_pem
+
+
+def registered_key(text: str, key_id: str | None) -> tuple[str, str]:
+    """A public key as it is registered: (its text, stripped; its key id — the one given,
+    else the JWK's `kid`, else a stable id derived from the key). InvalidPublicKey when the
+    text is no usable public key, or the given id differs from the JWK's own."""
+    key = load_public_key(text)
+    given = (key_id or "").strip() or None
+    if given is not None and len(given) > 255:
+        raise InvalidPublicKey("the key id is longer than 255 characters")
+    if given and key.key_id and given != key.key_id:
+        raise InvalidPublicKey(f"the key id '{given}' differs from the JWK's kid")
+    derived = hashlib.sha256(
+        key.key.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    ).hexdigest()[:16]
+    return text.strip(), given or key.key_id or derived
+
+
+def default_algorithm(text: str) -> str:
+    """The algorithm a profile names for a registered key (RS256 for RSA keys, the curve's
+    ES* for EC keys, EdDSA for Ed25519)."""
+    return load_public_key(text).algorithms[0]

@@ -6,9 +6,21 @@ Lakeshare's tokens: the signature is checked with the configured key (no databas
 credential the token was issued through must still be usable, asked of the registry, whose
 answers the directory caches and refreshes from the store every `store.cacheSeconds` — so a
 revoked credential, or a disabled or deleted recipient, is refused within that delay.
+
+Verified tokens are remembered (a bounded map from the token to what it says, kept until
+the token expires; federated ones at most `FEDERATED_MEMORY_SECONDS`, so a key the issuer
+withdraws stops counting soon): a signature is checked once per process, not once per
+request (PyJWT's parsing alone costs about half a millisecond). Revocation is checked on
+every request regardless.
 """
 
 from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from sharing.errors import Unauthenticated
 from sharing.recipients.oauth.access_tokens import (
@@ -19,9 +31,11 @@ from sharing.recipients.oauth.access_tokens import (
 from sharing.recipients.oauth.clients import ClientRegistry
 from sharing.recipients.oauth.federation import Federation, InvalidFederatedToken
 
-__all__ = ["OAuthBearerVerifier", "TokenRefused"]
+__all__ = ["FEDERATED_MEMORY_SECONDS", "OAuthBearerVerifier", "TokenRefused"]
 
 _REALM = 'Bearer realm="delta-sharing"'
+FEDERATED_MEMORY_SECONDS = 60
+_MEMORY_LIMIT = 10_000
 
 
 class TokenRefused(Unauthenticated):
@@ -32,17 +46,51 @@ class TokenRefused(Unauthenticated):
         self.headers = {"WWW-Authenticate": f'{_REALM}, error="invalid_token"'}
 
 
+@dataclass(frozen=True)
+class _Verified:
+    recipient: str
+    credential_id: str
+    ours: bool  # a Lakeshare token (its credential is checked on each use)
+    until: float  # epoch seconds
+
+
 class OAuthBearerVerifier:
     def __init__(
-        self, tokens: AccessTokens, federation: Federation, registry: ClientRegistry | None
+        self,
+        tokens: AccessTokens,
+        federation: Federation,
+        registry: ClientRegistry | None,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.tokens = tokens
         self.federation = federation
         self.registry = registry
+        self._clock = clock
+        self._memory: OrderedDict[str, _Verified] = OrderedDict()
+        self._lock = threading.Lock()
 
     def identify(self, token: str) -> tuple[str, str | None] | None:
         """(recipient, credential id) for a valid token of ours or of a federated issuer;
         None when the token is of neither kind; TokenRefused when it is but is invalid."""
+        now = self._clock()
+        with self._lock:
+            known = self._memory.get(token)
+        if known is None or known.until <= now:
+            known = self._verify(token, now)
+            if known is None:
+                return None
+            with self._lock:
+                self._memory[token] = known
+                while len(self._memory) > _MEMORY_LIMIT:
+                    self._memory.popitem(last=False)
+        if known.ours:
+            client = self.registry.client(known.credential_id) if self.registry else None
+            if client is None or client.recipient != known.recipient:
+                raise TokenRefused("the credential this access token was issued for is revoked")
+        return known.recipient, known.credential_id
+
+    def _verify(self, token: str, now: float) -> _Verified | None:
         parts = unverified_parts(token)
         if parts is None:
             return None
@@ -52,10 +100,8 @@ class OAuthBearerVerifier:
                 verified = self.tokens.verify(token)
             except InvalidAccessToken as exc:
                 raise TokenRefused(str(exc)) from None
-            client = self.registry.client(verified.client_id) if self.registry else None
-            if client is None or client.recipient != verified.recipient:
-                raise TokenRefused("the credential this access token was issued for is revoked")
-            return verified.recipient, verified.client_id
+            ends: float = verified.expires_at + self.tokens.leeway_seconds
+            return _Verified(verified.recipient, verified.client_id, True, ends)
         issuer = self.federation.issuer_for(claims)
         if issuer is None:
             return None
@@ -63,4 +109,8 @@ class OAuthBearerVerifier:
             recipient = issuer.recipient_of(token, header)
         except InvalidFederatedToken as exc:
             raise TokenRefused(str(exc)) from None
-        return recipient, issuer.credential_id
+        expires = claims.get("exp")
+        until: float = now + FEDERATED_MEMORY_SECONDS
+        if isinstance(expires, int | float):
+            until = min(until, float(expires) + issuer.leeway)
+        return _Verified(recipient, issuer.credential_id, False, until)

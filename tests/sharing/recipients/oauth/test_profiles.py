@@ -13,7 +13,11 @@ from delta_sharing._internal_auth import (
 from delta_sharing.protocol import DeltaSharingProfile
 
 from sharing.config import parse_config
-from sharing.recipients.oauth.profiles import client_credentials_profile, private_key_jwt_profile
+from sharing.recipients.oauth.profiles import (
+    ProfileSettings,
+    client_credentials_profile,
+    private_key_jwt_profile,
+)
 
 ENDPOINT = "http://127.0.0.1:8123/delta-sharing"
 
@@ -23,7 +27,9 @@ def config(**oauth: object):  # type: ignore[no-untyped-def]
 
 
 def test_client_credentials_profile() -> None:
-    profile = client_credentials_profile(config(), ENDPOINT, "abcdefghijkl", "lks_x_y", scope="s")
+    profile = client_credentials_profile(
+        ProfileSettings.of(config()), ENDPOINT, "abcdefghijkl", "lks_x_y", scope="s"
+    )
     parsed = DeltaSharingProfile.from_json(json.dumps(profile))
     assert parsed.type == "oauth_client_credentials"
     assert parsed.token_endpoint == ENDPOINT + "/oauth/token"
@@ -38,7 +44,7 @@ def test_client_credentials_profile() -> None:
 
 def test_private_key_jwt_profile() -> None:
     profile = private_key_jwt_profile(
-        config(tokenPath="/token"),
+        ProfileSettings.of(config(tokenPath="/token")),
         ENDPOINT,
         "abcdefghijkl",
         private_key_file="/tmp/key.pem",
@@ -58,7 +64,7 @@ def test_private_key_jwt_profile() -> None:
     provider = AuthCredentialProviderFactory.create_auth_credential_provider(parsed)
     assert isinstance(provider.oauth_client, PrivateKeyOAuthClient)
     named = private_key_jwt_profile(
-        config(issuer="https://id.example.com"),
+        ProfileSettings.of(config(issuer="https://id.example.com")),
         ENDPOINT,
         "c",
         private_key_file="k",
