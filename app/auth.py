@@ -1,53 +1,69 @@
-"""Bearer-token authentication for every protocol API route.
+"""Authentication and authorization of every protocol API route.
 
-With `authorization.bearerToken` configured, a request must carry exactly that token in
-`Authorization: Bearer <token>`; the comparison is constant-time. Without it, every request
-is accepted (the reference server's behaviour). Signed file URLs are authorised by their own
-signature and are not behind this dependency.
+`authenticate` (a FastAPI dependency; `CurrentPrincipal` is its typed alias) resolves the
+`Authorization` header — a bearer token (configured `authorization.bearerToken`, a
+configured or stored recipient's token) or HTTP Basic credentials — to a `Principal`
+through the app's `RecipientDirectory`, or answers 401/403 with the protocol's JSON body.
+It leaves on `request.state`: `principal`, `recipient` (its name, for the access log) and
+`catalog`, the catalog as that recipient sees it (only granted shares exist), which routes
+read through `catalog_for(request)`.
+
+With no authorization of any kind configured, every request is served as the anonymous
+principal (the reference server's behaviour; `lakeshare serve` warns loudly and refuses a
+non-loopback address unless `allowAnonymous: true`). Signed file URLs are authorised by
+their own signature and are not behind this dependency.
 """
 
 from __future__ import annotations
 
-import hmac
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
-from sharing.config import ServerConfig
-from sharing.errors import Unauthenticated
+from sharing.catalog import Catalog
+from sharing.recipients.directory import Challenge
+from sharing.recipients.model import Principal
+from sharing.recipients.runtime import Recipients
 
-__all__ = ["BearerChallenge", "require_bearer_token"]
+__all__ = [
+    "BearerChallenge",
+    "CurrentPrincipal",
+    "authenticate",
+    "catalog_for",
+    "require_bearer_token",
+]
 
-_REALM = 'Bearer realm="delta-sharing"'
+BearerChallenge = Challenge
+"""A 401 that carries its `WWW-Authenticate` challenge header."""
 
 
-class BearerChallenge(Unauthenticated):
-    """A 401 that carries its RFC 6750 `WWW-Authenticate` challenge header."""
-
-    def __init__(self, message: str, challenge: str) -> None:
-        super().__init__(message)
-        self.headers = {"WWW-Authenticate": challenge}
-
-
-def _presented_token(request: Request) -> str | None:
+async def authenticate(request: Request) -> Principal:
+    """FastAPI dependency: the principal a request is served as (401/403 otherwise)."""
+    recipients: Recipients = request.app.state.recipients
+    directory = recipients.directory
     header = request.headers.get("authorization")
-    if not header:
-        return None
-    scheme, _, credentials = header.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return credentials.strip() or None
+    client = request.client.host if request.client else None
+    if directory.needs_io(header):
+        principal = await run_in_threadpool(directory.authenticate, header, client)
+    else:
+        principal = directory.authenticate(header, client)
+    state = request.state
+    state.principal = principal
+    state.recipient = principal.recipient
+    state.catalog = request.app.state.catalog.visible_to(principal.shares)
+    return principal
 
 
-async def require_bearer_token(request: Request) -> None:
-    """FastAPI dependency: raises a 401 unless the configured bearer token was presented."""
-    config: ServerConfig = request.app.state.config
-    if config.authorization is None:
-        return
-    presented = _presented_token(request)
-    if presented is None:
-        raise BearerChallenge("Missing bearer token in the Authorization header.", _REALM)
-    expected = config.authorization.bearer_token.encode("utf-8")
-    if not hmac.compare_digest(presented.encode("utf-8"), expected):
-        raise BearerChallenge(
-            "The bearer token is invalid or has expired.", f'{_REALM}, error="invalid_token"'
-        )
+require_bearer_token = authenticate  # the name app.main wires (kept for compatibility)
+
+CurrentPrincipal = Annotated[Principal, Depends(authenticate)]
+
+
+def catalog_for(request: Request) -> Catalog:
+    """The catalog as the request's principal sees it (the whole one before authentication)."""
+    catalog: Catalog | None = getattr(request.state, "catalog", None)
+    if catalog is not None:
+        return catalog
+    whole: Catalog = request.app.state.catalog
+    return whole

@@ -21,8 +21,10 @@ from typing import Any
 
 from starlette.types import ASGIApp
 
+from app.cli_recipients import add_recipient_commands, anonymous_refusal
 from app.logs import configure_logging
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
+from sharing.store import StoreError
 
 __all__ = ["build_parser", "main"]
 
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up on tables whose storage has not answered by then (default: %(default)s)",
     )
     check.set_defaults(handler=_check)
+    add_recipient_commands(commands)
     return parser
 
 
@@ -133,10 +136,16 @@ def _serve(args: argparse.Namespace) -> int:
     prepare_metrics_dir(config)  # before anything imports prometheus-client (app.main does)
     from app.main import create_app
 
-    app = create_app(config)  # before announcing anything: a broken app must not look up
+    try:
+        app = create_app(config)  # before announcing anything: a broken app must not look up
+    except StoreError as exc:
+        return _fail(str(exc))
 
     host = args.host if args.host is not None else config.host
     port = args.port if args.port is not None else config.port
+    refusal = anonymous_refusal(app.state.recipients.directory, config, host)
+    if refusal:
+        return _fail(refusal, 2)
     try:
         sock = _bind(host, port)
     except OSError as exc:

@@ -3,21 +3,27 @@ authentication, error handlers and middleware. No protocol logic lives here."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import Depends, FastAPI, Request
 
+from app.audit import AuditMiddleware
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
-from app.routes import credentials, files, health, landing, listing, queries, tables
+from app.routes import activation, credentials, files, health, landing, listing, queries, tables
+from app.routes.admin import build_admin_app
 from sharing.async_queries import build_service
 from sharing.catalog import Catalog
 from sharing.cdf_query import ChangeTokens
 from sharing.config import ServerConfig
 from sharing.paging import QueryTokens
 from sharing.presign.local_verify import FileServer
+from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
 from sharing.tables import TableService
 from sharing.tokens import TokenCodec
@@ -35,6 +41,12 @@ async def _redact_path_in_logs(request: Request) -> None:
     request.scope.setdefault("state", {})[REDACT_PATH_STATE] = template
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    app.state.recipients.close()  # writes buffered audit records and last-used times
+
+
 def create_app(config: ServerConfig) -> FastAPI:
     """A ready-to-serve app for `config`; every route lives under `config.endpoint`."""
     app = FastAPI(
@@ -42,11 +54,13 @@ def create_app(config: ServerConfig) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        lifespan=_lifespan,
     )
     tokens = TokenCodec(config.signing_secret)
     app.state.config = config
     app.state.tokens = tokens
     app.state.catalog = Catalog(config, tokens)
+    app.state.recipients = open_recipients(config)
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
     metrics = Metrics(config) if config.metrics.enabled else None
@@ -72,6 +86,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
     # Signed file URLs carry their own authorisation (the signature), not the bearer token.
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+    app.include_router(
+        activation.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)]
+    )
 
     health.install(app, config, metrics)  # /healthz, /readyz, /metrics
     # The landing page, at the root and at the endpoint URL a profile names.
@@ -82,9 +99,14 @@ def create_app(config: ServerConfig) -> FastAPI:
         prefix + OPENAPI_PATH, serve_openapi, methods=["GET"], include_in_schema=False
     )
 
+    admin_app = build_admin_app(config, app.state.recipients)
+    if admin_app is not None:
+        app.mount(config.admin.prefix if config.admin else "/admin", admin_app)
+
     install_error_handlers(app)
     app.add_middleware(LimitsMiddleware, config=config)  # inside the timeout and request id
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
+    app.add_middleware(AuditMiddleware)
     # Added last = outermost.
     app.add_middleware(
         RequestContextMiddleware,

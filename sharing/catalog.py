@@ -62,13 +62,44 @@ def _table_item(name: str, schema: str, share: str, table_id: str) -> dict[str, 
     return {"name": name, "schema": schema, "share": share, "id": table_id}
 
 
-class Catalog:
-    """Read-only view of the configured shares, in configuration order."""
+_MAX_VIEWS = 1024
 
-    def __init__(self, config: ServerConfig, tokens: TokenCodec | None = None) -> None:
-        self._shares: tuple[ShareConfig, ...] = config.shares
-        self._by_name = {share.name.lower(): share for share in config.shares}
+
+class Catalog:
+    """Read-only view of the configured shares, in configuration order.
+
+    `visible_to(shares)` is the same catalog as one recipient sees it: only its granted
+    shares exist, so a share it is not granted answers exactly as one that does not exist
+    (same status, same message) and listings never name it."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        tokens: TokenCodec | None = None,
+        *,
+        visible: frozenset[str] | None = None,
+    ) -> None:
+        self._config = config
+        shares = config.shares
+        if visible is not None:
+            shares = tuple(share for share in shares if share.name.lower() in visible)
+        self._shares: tuple[ShareConfig, ...] = shares
+        self._by_name = {share.name.lower(): share for share in shares}
         self._tokens = tokens or TokenCodec(config.signing_secret)
+        self._views: dict[frozenset[str], Catalog] = {}
+
+    def visible_to(self, shares: frozenset[str]) -> Catalog:
+        """The catalog restricted to `shares` (lower-case names; "*" = every share). Views
+        are cached per grant set: many recipients share a few grant sets."""
+        if "*" in shares:
+            return self
+        view = self._views.get(shares)
+        if view is None:
+            if len(self._views) >= _MAX_VIEWS:
+                self._views.clear()
+            view = Catalog(self._config, self._tokens, visible=shares)
+            self._views[shares] = view
+        return view
 
     # -- lookups -----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from app.auth import catalog_for
 from app.responses import JsonResponse
 from app.routes.tables import table_service
 from sharing.catalog import Catalog, SharedTable
@@ -35,7 +36,7 @@ def _vend(request: Request, shared: SharedTable, location: str | None) -> Tempor
 async def temporary_table_credentials(
     request: Request, share: str, schema: str, table: str
 ) -> JsonResponse:
-    catalog: Catalog = request.app.state.catalog
+    catalog: Catalog = catalog_for(request)
     shared = catalog.get_table(share, schema, table)
     require_history_for_credentials(shared)
     location = parse_location(await request.body())

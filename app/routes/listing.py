@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
+from app.auth import catalog_for
 from app.responses import JsonResponse
 from sharing.catalog import Catalog
 from sharing.errors import InvalidParameter
@@ -30,7 +31,7 @@ def _max_results(raw: str | None) -> int | None:
 
 
 def _catalog(request: Request) -> Catalog:
-    return request.app.state.catalog
+    return catalog_for(request)
 
 
 @router.get("/shares")

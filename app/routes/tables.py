@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
+from app.auth import catalog_for
 from app.limits import check_query_fields
 from deltalog import Snapshot
 from sharing import capabilities, cdf_query, query
@@ -46,7 +47,7 @@ def table_service(request: Request) -> TableService:
 
 
 def _lookup(request: Request, share: str, schema: str, table: str) -> SharedTable:
-    catalog: Catalog = request.app.state.catalog
+    catalog: Catalog = catalog_for(request)
     return catalog.get_table(share, schema, table)
 
 

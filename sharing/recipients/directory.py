@@ -152,6 +152,24 @@ class RecipientDirectory:
         self._refresh()
         return not self._config_recipients and not self._store_has_recipients
 
+    def needs_io(self, authorization: str | None) -> bool:
+        """Whether `authenticate(authorization, ...)` may query the store (so the caller
+        runs it off the event loop); False when the answer comes from memory."""
+        if self.store is None:
+            return False
+        if self._clock() - self._checked_at >= self.cache_seconds:
+            return True
+        if not authorization:
+            return False
+        scheme, _, value = authorization.strip().partition(" ")
+        value = value.strip()
+        if scheme.lower() == "basic":
+            return True
+        credential_id = token_credential_id(value)
+        if credential_id is not None:
+            return credential_id not in self._credentials
+        return bool(self._verifiers) and hash_token(value) not in self._config_tokens
+
     def add_verifier(self, verifier: BearerVerifier) -> None:
         self._verifiers.append(verifier)
 
@@ -182,7 +200,8 @@ class RecipientDirectory:
             if entry is None:
                 raise Challenge(
                     "The username or password is invalid or has expired.",
-                    'Basic realm="delta-sharing", charset="UTF-8"',
+                    f'{_REALM}, error="invalid_token", Basic realm="delta-sharing", '
+                    'charset="UTF-8"',
                 )
         else:
             raise Challenge(_MISSING, _REALM)

@@ -37,6 +37,7 @@ __all__ = [
     "AlreadyExists",
     "IssuedCredential",
     "RecipientRepository",
+    "issue",
 ]
 
 COUNTER = "recipients"
@@ -170,7 +171,7 @@ class RecipientRepository:
                 _insert_grants(connection, canonical, granted, now)
                 issued = None
                 if credential_type is not None:
-                    issued = _issue(
+                    issued = issue(
                         connection,
                         canonical,
                         credential_type,
@@ -197,7 +198,7 @@ class RecipientRepository:
     ) -> IssuedCredential:
         with self.store.write() as connection:
             canonical = self._existing(connection, name)
-            issued = _issue(
+            issued = issue(
                 connection, canonical, credential_type, expires_at, public_key, key_id, now_ms()
             )
             Store.bump(connection, COUNTER)
@@ -291,7 +292,7 @@ class RecipientRepository:
                     )
                     .values(grace_until=end)
                 )
-            issued = _issue(connection, canonical, kind, expires_at, None, None, now)
+            issued = issue(connection, canonical, kind, expires_at, None, None, now)
             Store.bump(connection, COUNTER)
         return issued
 
@@ -375,7 +376,7 @@ def _networks(values: Iterable[str]) -> list[IpNetwork]:
         raise InvalidParameter(str(exc)) from None
 
 
-def _issue(
+def issue(
     connection: Connection,
     recipient: str,
     kind: CredentialType,

@@ -91,7 +91,8 @@ def test_query_and_download_lines(server: RunningServer, caplog: pytest.LogCaptu
     assert line["bytes"] == len(response.content) and line["files"] == len(files) == 2
     assert line["client"] == "127.0.0.1" and line["user_agent"] == "obs-test/1.0"
     assert isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0
-    assert "recipient" not in line and "error_code" not in line
+    # The configured `authorization.bearerToken` is the recipient `_bearer_token` (recipients).
+    assert line["recipient"] == "_bearer_token" and "error_code" not in line
 
     signed = httpx.URL(files[0]["url"])
     download = httpx.get(signed, headers={"X-Request-Id": "req-0002"})

@@ -1,0 +1,98 @@
+"""One audit record per authenticated request, written when its response has been sent.
+
+A pure ASGI middleware: it watches the response (status, `Delta-Table-Version`, the NDJSON
+lines of a query or change feed — lines after the protocol and metadata lines are files or
+actions) and, once the body is complete, hands an `AuditEvent` to the store writer (batched,
+off the request path) and to the `lakeshare.audit` JSON log. Requests that were not
+authenticated (no principal on `request.state`, e.g. 401s, health, signed file URLs) leave
+no record. Nothing secret is recorded: the path parameters are names, the query string and
+headers other than the user agent are not read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sharing.recipients.audit import AuditEvent
+from sharing.recipients.model import Principal
+
+__all__ = ["AuditMiddleware"]
+
+log = logging.getLogger("lakeshare.audit")
+
+_NDJSON = b"application/x-ndjson"
+_HEADER_LINES = 2  # protocol and metadata lines precede the files of a query response
+
+
+class AuditMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        version: str | None = None
+        ndjson = False
+        lines = 0
+        size = 0
+
+        async def watch(message: Message) -> None:
+            nonlocal status, version, ndjson, lines, size
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                for key, value in message.get("headers", []):
+                    if key == b"delta-table-version":
+                        version = value.decode("latin-1")
+                    elif key == b"content-type":
+                        ndjson = value.startswith(_NDJSON)
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                size += len(body)
+                if ndjson:
+                    lines += body.count(b"\n")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            self._record(scope, status, version, lines if ndjson else None, size)
+
+    def _record(
+        self, scope: Scope, status: int, version: str | None, lines: int | None, size: int
+    ) -> None:
+        state = scope.get("state") or {}
+        principal = state.get("principal")
+        if not isinstance(principal, Principal):
+            return
+        app = scope.get("app")
+        recipients = getattr(getattr(app, "state", None), "recipients", None)
+        params = scope.get("path_params") or {}
+        route = scope.get("route")
+        headers = dict(scope.get("headers") or [])
+        client = scope.get("client")
+        files = None if lines is None or status >= 400 else max(lines - _HEADER_LINES, 0)
+        event = AuditEvent(
+            at=int(time.time() * 1000),
+            operation=getattr(route, "name", None) or scope.get("method", "?"),
+            status=status,
+            recipient=principal.recipient,
+            credential_id=principal.credential_id,
+            client=client[0] if client else None,
+            user_agent=headers.get(b"user-agent", b"").decode("latin-1")[:500] or None,
+            share=params.get("share"),
+            schema=params.get("schema"),
+            table=params.get("table"),
+            version=version,
+            files=files,
+            bytes=size if params.get("table") else None,
+            request_id=state.get("request_id"),
+        )
+        log.info("audit", extra={"audit": event.to_json()})
+        writer = getattr(recipients, "writer", None)
+        if writer is not None:
+            writer.audit(event)

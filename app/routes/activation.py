@@ -1,0 +1,33 @@
+"""One-time activation links: `GET {endpoint}/activation/{secret}` serves a freshly minted
+bearer-token profile once, then 404 (see sharing.recipients.activation). Not behind the
+bearer-token dependency: the link's secret is its authorisation; the path is redacted from
+logs like signed file URLs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from app.responses import JsonResponse
+from sharing.errors import ResourceNotFound
+from sharing.recipients.activation import redeem
+from sharing.recipients.profiles import profile_for
+from sharing.recipients.runtime import Recipients
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.get("/activation/{secret}", include_in_schema=False)
+async def activate(request: Request, secret: str) -> JsonResponse:
+    recipients: Recipients = request.app.state.recipients
+    if recipients.store is None:
+        raise ResourceNotFound("activation link not found")
+    redeemed = await run_in_threadpool(redeem, recipients.store, secret)
+    if redeemed is None:
+        raise ResourceNotFound("activation link not found (it may have been used already)")
+    name, issued = redeemed
+    endpoint = str(request.base_url).rstrip("/") + request.app.state.config.endpoint + "/"
+    headers = {"Cache-Control": "no-store"}
+    return JsonResponse(profile_for(issued, name, endpoint), headers=headers)

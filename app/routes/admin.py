@@ -1,0 +1,260 @@
+"""The admin REST API: the operations of `lakeshare recipients` and `lakeshare audit` over
+HTTP, under `admin.prefix` (default /admin), described at `{prefix}/openapi.json` (and
+browsable at `{prefix}/docs`).
+
+It is a separate FastAPI application mounted on the server, authenticated by the admin
+token of the configuration (`admin.token` or `admin.tokenHash`) — never by a recipient
+credential, and the admin token opens no share. Off unless an admin token is configured.
+Every operation is one store transaction; secrets appear only in the response that creates
+them (a profile), never in a log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Query, Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from app.errors import install_error_handlers
+from app.responses import JsonResponse
+from sharing.config import ServerConfig
+from sharing.errors import Forbidden, InvalidParameter
+from sharing.recipients.activation import create_link
+from sharing.recipients.audit import query_events
+from sharing.recipients.directory import Challenge
+from sharing.recipients.hashing import hash_token, token_matches
+from sharing.recipients.model import CredentialType
+from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
+from sharing.recipients.profiles import endpoint_url, profile_for
+from sharing.recipients.repository import RecipientRepository
+from sharing.recipients.runtime import Recipients
+from sharing.recipients.views import recipient_json
+from sharing.store.clock import now_ms
+
+__all__ = ["build_admin_app"]
+
+log = logging.getLogger("lakeshare.admin")
+
+_REALM = 'Bearer realm="lakeshare-admin"'
+
+
+class CreateRecipient(BaseModel):
+    name: str = Field(description="1-64 of a-z 0-9 _ . - (case-insensitive)")
+    shares: list[str] = Field(min_length=1, description='granted shares, "*" for every share')
+    type: CredentialType = Field(default=CredentialType.BEARER, description="credential type")
+    expiresIn: str | None = Field(default=None, description="credential lifetime, e.g. 90d")
+    recipientExpires: str | None = Field(default=None, description="recipient expiry, ISO-8601")
+    ipAllowList: list[str] = Field(default=[], description="IPv4/IPv6 CIDRs")
+    comment: str = ""
+    publicKey: str | None = Field(default=None, description="PEM or JWK (private-key-jwt)")
+    keyId: str | None = None
+    activationLink: bool = Field(default=False, description="answer a one-time profile URL")
+    profileVersion: int = Field(default=1, ge=1, le=2)
+
+
+class Shares(BaseModel):
+    shares: list[str] = Field(min_length=1)
+
+
+class Revoke(BaseModel):
+    credentialId: str | None = Field(default=None, description="only this credential")
+
+
+class Rotate(BaseModel):
+    grace: str = Field(default="0", description="old credentials end after this, e.g. 1h")
+    type: CredentialType | None = None
+    expiresIn: str | None = None
+    profileVersion: int = Field(default=1, ge=1, le=2)
+
+
+def _recipients(request: Request) -> Recipients:
+    recipients: Recipients = request.app.state.recipients
+    return recipients
+
+
+def _repository(request: Request) -> RecipientRepository:
+    repository = _recipients(request).directory.repository
+    if repository is None:
+        raise Forbidden("the admin API needs a state store, and none could be opened")
+    return repository
+
+
+def _require_admin(request: Request) -> None:
+    expected: str = request.app.state.admin_token_hash
+    header = request.headers.get("authorization") or ""
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Challenge("Missing admin bearer token in the Authorization header.", _REALM)
+    if not token_matches(token.strip(), expected):
+        raise Challenge("The admin token is invalid.", f'{_REALM}, error="invalid_token"')
+
+
+Repository = Annotated[RecipientRepository, Depends(_repository)]
+
+
+def _ms_in(duration: str | None) -> int | None:
+    return None if not duration else now_ms() + parse_duration(duration) * 1000
+
+
+def _endpoint(request: Request) -> str:
+    config: ServerConfig = request.app.state.config
+    if config.public_url:
+        return endpoint_url(config)
+    root = str(request.scope.get("root_url") or request.base_url)
+    prefix = request.app.state.admin_prefix
+    base = root.rstrip("/")
+    if base.endswith(prefix):
+        base = base[: -len(prefix)]
+    return f"{base}{config.endpoint}/"
+
+
+def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | None:
+    """The admin application, or None when no admin token is configured."""
+    admin = config.admin
+    if admin is None or not (admin.token or admin.token_hash):
+        return None
+    app = FastAPI(
+        title="Lakeshare admin API",
+        description="Manage recipients (credentials, grants) and read the audit trail. "
+        "Authenticate with `Authorization: Bearer <admin token>`.",
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        dependencies=[Depends(_require_admin)],
+    )
+    app.state.config = config
+    app.state.recipients = recipients
+    app.state.admin_prefix = admin.prefix
+    app.state.admin_token_hash = admin.token_hash or hash_token(admin.token or "")
+    install_error_handlers(app)
+    app.add_exception_handler(InvalidValue, _invalid_value)  # type: ignore[arg-type]
+
+    @app.get("/recipients", summary="List recipients (configuration and store)")
+    def list_recipients(request: Request, repository: Repository) -> JsonResponse:
+        everyone = _recipients(request).directory.config_recipients() + repository.all()
+        return JsonResponse({"items": [recipient_json(r) for r in everyone]})
+
+    @app.post("/recipients", status_code=201, summary="Create a recipient and its credential")
+    def create_recipient(
+        request: Request, body: CreateRecipient, repository: Repository
+    ) -> JsonResponse:
+        expires = (
+            int(parse_instant(body.recipientExpires).timestamp() * 1000)
+            if body.recipientExpires
+            else None
+        )
+        if body.activationLink:
+            if body.type is not CredentialType.BEARER:
+                raise InvalidParameter("activation links serve bearer-token profiles only")
+            recipient, _ = repository.create(
+                body.name,
+                body.shares,
+                credential_type=None,
+                expires_at=expires,
+                ip_allow_list=body.ipAllowList,
+                comment=body.comment,
+            )
+            url = create_link(
+                repository,
+                recipient.name,
+                _endpoint(request),
+                credential_expires_at=_ms_in(body.expiresIn),
+            )
+            log.info("admin: created recipient %s (activation link)", recipient.name)
+            return JsonResponse(
+                {"recipient": recipient_json(recipient), "activationUrl": url}, status_code=201
+            )
+        recipient, issued = repository.create(
+            body.name,
+            body.shares,
+            credential_type=body.type,
+            expires_at=expires,
+            credential_expires_at=_ms_in(body.expiresIn),
+            ip_allow_list=body.ipAllowList,
+            comment=body.comment,
+            public_key=body.publicKey,
+            key_id=body.keyId,
+        )
+        assert issued is not None
+        log.info("admin: created recipient %s", recipient.name)
+        profile = profile_for(
+            issued, recipient.name, _endpoint(request), version=body.profileVersion
+        )
+        return JsonResponse(
+            {"recipient": recipient_json(recipient), "profile": profile},
+            status_code=201,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    @app.get("/recipients/{name}", summary="A recipient and its credentials (no secrets)")
+    def show_recipient(name: str, repository: Repository) -> JsonResponse:
+        recipient = repository.require(name)
+        return JsonResponse(recipient_json(recipient, repository.credentials(name)))
+
+    @app.post("/recipients/{name}/grants", summary="Grant shares")
+    def grant(name: str, body: Shares, repository: Repository) -> JsonResponse:
+        return JsonResponse(recipient_json(repository.grant(name, body.shares)))
+
+    @app.delete("/recipients/{name}/grants/{share}", summary="Remove a grant")
+    def ungrant(name: str, share: str, repository: Repository) -> JsonResponse:
+        return JsonResponse(recipient_json(repository.ungrant(name, [share])))
+
+    @app.post("/recipients/{name}/revoke", summary="Revoke credentials now")
+    def revoke(name: str, body: Revoke, repository: Repository) -> JsonResponse:
+        ids = repository.revoke(name, body.credentialId)
+        log.info("admin: revoked %d credential(s) of %s", len(ids), name.lower())
+        return JsonResponse({"revoked": ids})
+
+    @app.post(
+        "/recipients/{name}/rotate", summary="Issue a new credential; old ones end after grace"
+    )
+    def rotate(request: Request, name: str, body: Rotate, repository: Repository) -> JsonResponse:
+        issued = repository.rotate(
+            name,
+            grace_seconds=parse_duration(body.grace),
+            credential_type=body.type,
+            expires_at=_ms_in(body.expiresIn),
+        )
+        recipient = repository.require(name)
+        profile = profile_for(
+            issued, recipient.name, _endpoint(request), version=body.profileVersion
+        )
+        return JsonResponse({"profile": profile}, headers={"Cache-Control": "no-store"})
+
+    @app.post("/recipients/{name}/disable", summary="Cut a recipient off")
+    def disable(name: str, repository: Repository) -> JsonResponse:
+        return JsonResponse(recipient_json(repository.set_enabled(name, False)))
+
+    @app.post("/recipients/{name}/enable", summary="Let a disabled recipient in again")
+    def enable(name: str, repository: Repository) -> JsonResponse:
+        return JsonResponse(recipient_json(repository.set_enabled(name, True)))
+
+    @app.delete("/recipients/{name}", status_code=204, summary="Delete a recipient")
+    def delete_recipient(name: str, repository: Repository) -> Response:
+        repository.delete(name)
+        return Response(status_code=204)
+
+    @app.get("/audit", summary="Audit records, oldest first (the newest `limit`)")
+    def audit(
+        repository: Repository,
+        recipient: str | None = None,
+        share: str | None = None,
+        since: Annotated[str | None, Query(description="ISO-8601 time")] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> JsonResponse:
+        since_ms = int(parse_instant(since).timestamp() * 1000) if since else None
+        events = query_events(
+            repository.store, recipient=recipient, share=share, since=since_ms, limit=limit
+        )
+        return JsonResponse({"items": [e.to_json() for e in events]})
+
+    return app
+
+
+async def _invalid_value(request: Request, exc: InvalidValue) -> Response:
+    return JsonResponse(
+        {"errorCode": "INVALID_PARAMETER_VALUE", "message": str(exc)}, status_code=400
+    )

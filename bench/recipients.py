@@ -1,0 +1,244 @@
+"""Cost of per-recipient authorization: `/shares` and a small `/query` served to a recipient
+among 10,000 in the store (SQLite, then PostgreSQL), next to the single-token configuration
+(`authorization.bearerToken`) measured in the same run.
+
+    .venv/bin/python bench/recipients.py [--recipients 10000] [--connections 4] [--duration 6]
+
+Each configuration runs as its own `lakeshare serve` on 127.0.0.1, driven by `wrk` (Debian's
+package). The store is filled directly (one transaction of recipients, grants and bearer
+credentials), plus one recipient created through the repository whose token wrk sends.
+Goal: authorization overhead within 10 % of request time (ratio ≥ 0.90). The load generator
+shares the 2 cores with the server: compare ratios, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from http_load import WRK_SCRIPT, Result, start  # noqa: E402
+from sqlalchemy import insert  # noqa: E402
+
+from sharing.recipients.hashing import hash_token, new_credential_id, new_token  # noqa: E402
+from sharing.recipients.repository import RecipientRepository  # noqa: E402
+from sharing.store import open_store  # noqa: E402
+from sharing.store import schema as t  # noqa: E402
+from sharing.store.clock import now_ms  # noqa: E402
+from tests.support.corpus import corpus_table  # noqa: E402
+from tests.support.postgres import fresh_database, postgres_available, postgres_server  # noqa: E402
+from tests.support.processes import free_port, stop  # noqa: E402
+
+TOKEN = "bench-bearer-token-0123456789"
+SECRET = "bench-signing-secret-0123456789abcdef"
+SMALL = "levi/dat/basic_partitioned/delta"
+SHARES = 20
+
+
+def fill(url: str, recipients: int) -> str:
+    """`recipients` recipients with a grant and a token each; returns one usable token."""
+    store = open_store(url)
+    now = now_ms()
+    rows, grants, credentials = [], [], []
+    for i in range(recipients):
+        name = f"r{i:05d}"
+        rows.append(
+            {
+                "name": name,
+                "comment": "",
+                "enabled": True,
+                "expires_at": None,
+                "ip_allow_list": "",
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        grants.append({"recipient": name, "share": f"share{i % SHARES}", "created_at": now})
+        cid = new_credential_id()
+        credentials.append(
+            {
+                "id": cid,
+                "recipient": name,
+                "type": "bearer",
+                "secret_hash": hash_token(new_token(cid)),
+                "created_at": now,
+            }
+        )
+    with store.write() as connection:
+        for table, batch in (
+            (t.recipients, rows),
+            (t.recipient_grants, grants),
+            (t.credentials, credentials),
+        ):
+            for start_at in range(0, len(batch), 1000):
+                connection.execute(insert(table), batch[start_at : start_at + 1000])
+    repository = RecipientRepository(store, known_shares=[f"share{i}" for i in range(SHARES)])
+    _, issued = repository.create("bench", ["share0", "share1"])
+    store.close()
+    assert issued is not None and issued.secret is not None
+    return issued.secret
+
+
+def config(path: Path, small: Path, store_url: str) -> None:
+    tables = [{"name": "small", "location": str(small)}]
+    document: dict[str, Any] = {
+        "version": 1,
+        "authorization": {"bearerToken": TOKEN},
+        "signingSecret": SECRET,
+        "host": "127.0.0.1",
+        "store": {"url": store_url},
+        "shares": [
+            {"name": f"share{i}", "schemas": [{"name": "s", "tables": tables}]}
+            for i in range(SHARES)
+        ],
+    }
+    path.write_text(yaml.safe_dump(document))
+
+
+def wrk(
+    url: str,
+    method: str,
+    body: str | None,
+    token: str,
+    connections: int,
+    duration: int,
+    workdir: Path,
+) -> Result:
+    script = workdir / "case.lua"
+    lua_body = "nil" if body is None else json.dumps(body)
+    script.write_text(WRK_SCRIPT.format(method=method, body=lua_body, token=token))
+    done = subprocess.run(
+        [
+            "wrk",
+            f"-t{min(2, connections)}",
+            f"-c{connections}",
+            f"-d{duration}s",
+            "--timeout",
+            "30s",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith('{"requests"'))
+    data = json.loads(line)
+    return Result(
+        rps=data["requests"] / data["seconds"],
+        p50_ms=data["p50"] / 1000,
+        p99_ms=data["p99"] / 1000,
+        errors=data["errors"],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recipients", type=int, default=10_000)
+    parser.add_argument("--connections", type=int, default=4)
+    parser.add_argument("--duration", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed (apt-get install wrk)")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-recipients-"))
+    small = workdir / "small"
+    shutil.copytree(corpus_table(SMALL), small)
+
+    setups: list[tuple[str, str, str]] = []  # name, store URL, token
+    empty = f"sqlite:///{workdir / 'empty.db'}"
+    setups.append(("single token (baseline)", empty, TOKEN))
+    sqlite_url = f"sqlite:///{workdir / 'many.db'}"
+    print(f"filling SQLite with {args.recipients:,} recipients ...", flush=True)
+    setups.append(
+        (f"SQLite, {args.recipients:,} recipients", sqlite_url, fill(sqlite_url, args.recipients))
+    )
+    pg = postgres_server() if postgres_available() else None
+    if pg is not None:
+        base = pg.__enter__()
+        pg_url = fresh_database(base)
+        print(f"filling PostgreSQL with {args.recipients:,} recipients ...", flush=True)
+        setups.append(
+            (f"PostgreSQL, {args.recipients:,} recipients", pg_url, fill(pg_url, args.recipients))
+        )
+    else:
+        print("PostgreSQL binaries not found: skipping the PostgreSQL case")
+
+    cases = [
+        ("GET /shares", "GET", "/delta-sharing/shares", None),
+        (
+            "POST small /query",
+            "POST",
+            "/delta-sharing/shares/share0/schemas/s/tables/small/query",
+            "{}",
+        ),
+    ]
+    results: dict[tuple[str, str], float] = {}
+    try:
+        for name, url, token in setups:
+            path = workdir / f"{len(results)}.yaml"
+            config(path, small, url)
+            port = free_port()
+            process = start(
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "serve",
+                    "--config",
+                    str(path),
+                    "--port",
+                    str(port),
+                ],
+                workdir,
+                f"serve-{port}",
+                f"http://127.0.0.1:{port}/healthz",
+            )
+            try:
+                for case, method, route, body in cases:
+                    wrk(f"http://127.0.0.1:{port}{route}", method, body, token, 1, 1, workdir)
+                    best = max(
+                        wrk(
+                            f"http://127.0.0.1:{port}{route}",
+                            method,
+                            body,
+                            token,
+                            args.connections,
+                            args.duration,
+                            workdir,
+                        ).rps
+                        for _ in range(args.rounds)
+                    )
+                    results[(name, case)] = best
+            finally:
+                stop(process)
+    finally:
+        if pg is not None:
+            pg.__exit__(None, None, None)
+
+    baseline = setups[0][0]
+    print(
+        f"\n{args.connections} connections, {args.duration}s x {args.rounds} rounds (best), "
+        "requests/s and ratio to the single-token configuration:"
+    )
+    for case, *_ in cases:
+        print(f"  {case}")
+        for name, *_ in setups:
+            rps = results[(name, case)]
+            print(f"    {name:<34} {rps:8.0f} req/s   ratio {rps / results[(baseline, case)]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
