@@ -15,6 +15,7 @@ from app.limits import LimitsMiddleware
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
+from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
 from sharing.async_queries import build_service
 from sharing.catalog import Catalog
@@ -22,6 +23,7 @@ from sharing.cdf_query import ChangeTokens
 from sharing.config import ServerConfig
 from sharing.paging import QueryTokens
 from sharing.presign.local_verify import FileServer
+from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
 from sharing.tables import TableService
@@ -85,6 +87,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
     # Signed file URLs carry their own authorisation (the signature), not the bearer token.
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+    # The OAuth token endpoint authenticates its clients itself (RFC 6749).
+    oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
     app.include_router(
         activation.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)]
     )
