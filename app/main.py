@@ -17,12 +17,11 @@ from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestT
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
-from sharing.async_queries import build_service
 from sharing.catalog import Catalog
-from sharing.cdf_query import ChangeTokens
 from sharing.config import ServerConfig
-from sharing.paging import QueryTokens
 from sharing.presign.local_verify import FileServer
+from sharing.query.async_service import build_service
+from sharing.query.planner import Planner
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
@@ -66,18 +65,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     # instead of failing the first request, and first requests cannot race to build it.
     metrics = Metrics(config) if config.metrics.enabled else None
     app.state.tables = TableService(config, stats_warmer=StatsWarmer(), observer=metrics)
-    app.state.query_tokens = QueryTokens(
-        tokens,
-        page_ttl_ms=config.query_table_page_token_ttl_ms,
-        refresh_ttl_ms=config.refresh_token_ttl_ms,
-    )
-    app.state.change_tokens = ChangeTokens(
-        tokens,
-        page_ttl_ms=config.query_table_page_token_ttl_ms,
-        refresh_ttl_ms=config.refresh_token_ttl_ms,
-    )
+    app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
-    app.state.async_queries = build_service(config, app.state.tables, app.state.query_tokens)
+    app.state.async_queries = build_service(
+        config, app.state.tables, app.state.planner.query_tokens
+    )
+    # Routes reach these through the typed dependencies of app/deps.py.
 
     authenticated = [Depends(require_bearer_token)]
     prefix = config.endpoint

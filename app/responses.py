@@ -8,7 +8,17 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-__all__ = ["JSON_MEDIA_TYPE", "JsonResponse", "error_response"]
+from sharing.formats import FILE_ID_HASH_HEADER
+from sharing.query import capabilities
+
+__all__ = [
+    "JSON_MEDIA_TYPE",
+    "NDJSON",
+    "VERSION_HEADER",
+    "JsonResponse",
+    "error_response",
+    "query_headers",
+]
 
 JSON_MEDIA_TYPE = "application/json; charset=utf-8"
 
@@ -29,3 +39,16 @@ def error_response(
     return JsonResponse(
         {"errorCode": error_code, "message": message}, status_code=status, headers=headers
     )
+
+
+NDJSON = "application/x-ndjson; charset=utf-8"
+VERSION_HEADER = "Delta-Table-Version"
+
+
+def query_headers(version: int, response_capabilities: str, id_hash: str | None) -> dict[str, str]:
+    """The headers of a query, metadata or changes response: the table version, the
+    response's capabilities, and the file id scheme when the client asked for one."""
+    headers = {VERSION_HEADER: str(version), capabilities.HEADER: response_capabilities}
+    if id_hash is not None:
+        headers[FILE_ID_HASH_HEADER] = id_hash
+    return headers

@@ -3,7 +3,7 @@
     .venv/bin/python bench/gcs_stream.py [--files 20000] [--batch-rows 10000]
         [--client-mbps 50] [--iam-files 4000] [--iam-rtt-ms 20] [--json out.json]
 
-Streams the body of a parquet-format snapshot response (sharing.snapshot_query.QueryPlan,
+Streams the body of a parquet-format snapshot response (sharing.query.snapshot.QueryPlan,
 the real writer and GcsSigner) and reports the time to the first file line and in total:
 
 * RSA: a local service-account key, reader draining as fast as it can, then a reader at
@@ -42,7 +42,7 @@ from deltalog.storage.gcs import GcsStorage
 from sharing.formats import FileContext, writer_for
 from sharing.presign.gcs import GcsSigner, IamKey, RsaKey
 from sharing.presign.gcs_iam import IamBlobSigner
-from sharing.snapshot_query import FileSection, QueryPlan
+from sharing.query.plan import FileSection, QueryPlan
 
 EMAIL = "bench@bench.iam.gserviceaccount.com"
 

@@ -45,7 +45,7 @@ from sharing.formats.parquet import ParquetWriter
 from sharing.presign.base import Signer
 from sharing.presign.local import LocalSigner, TableRef
 from sharing.presign.s3 import S3Signer
-from sharing.snapshot_query import BATCH_ROWS, FileSection, QueryPlan
+from sharing.query.plan import BATCH_ROWS, FileSection, QueryPlan
 
 LOCAL_ROOT = "/data/lake/tables/events"
 S3_ROOT = "lake-bucket/tables/events"

@@ -20,11 +20,11 @@ from typing import Any
 
 from deltalog.features import reader_features
 from deltalog.storage.base import Storage
-from sharing import capabilities
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.credentials.vending import vending_support
 from sharing.errors import SharingError
+from sharing.query import capabilities
 from sharing.tables import TableService
 
 __all__ = ["Status", "TableReport", "check_table", "check_tables", "configured_tables"]

@@ -1,6 +1,6 @@
 """Async queries over HTTP: `POST .../query` with `asyncquery=true` answers a query id
 (`submit`, called by the query route), `POST .../queries/{queryId}` answers its status or a
-page of its result. The work is in sharing.async_queries."""
+page of its result. The work is in sharing.query.async_service."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from app.responses import JsonResponse
-from app.routes.tables import NDJSON, VERSION_HEADER, _headers, _lookup, _plan
-from sharing import capabilities
-from sharing.async_queries import (
+from app.deps import AsyncQueriesDep, BaseUrlDep, CapabilitiesDep, CatalogDep, PlannerDep
+from app.responses import NDJSON, VERSION_HEADER, JsonResponse, query_headers
+from sharing.query import capabilities
+from sharing.query.async_service import (
     AsyncQueryFailed,
     AsyncQueryService,
     AsyncResult,
-    parse_poll_body,
     pending_capabilities,
     status_line,
 )
-from sharing.capabilities import Capabilities
-from sharing.snapshot_query import QueryInputs
+from sharing.query.capabilities import Capabilities
+from sharing.query.planner import Planner
+from sharing.query.request import QueryInputs, parse_poll_body
 
 __all__ = ["router", "submit"]
 
@@ -34,14 +34,12 @@ _QUERY = "/shares/{share}/schemas/{schema}/tables/{table}/queries/{query_id}"
 _NO_VERSION_YET = "0"
 
 
-def _service(request: Request) -> AsyncQueryService:
-    return request.app.state.async_queries
-
-
-async def submit(request: Request, inputs: QueryInputs) -> Response:
+async def submit(
+    service: AsyncQueryService, planner: Planner, base_url: str, inputs: QueryInputs
+) -> Response:
     """Start (or find, by idempotency key) the async query and answer its status line."""
-    service = _service(request)
-    stored = await run_in_threadpool(service.submit, inputs, partial(_plan, request))
+    plan = partial(planner.query, base_url=base_url)
+    stored = await run_in_threadpool(service.submit, inputs, plan)
     if stored.error is not None:
         return _failure(AsyncQueryFailed.from_stored(stored))
     return _status_response(stored.query_id, inputs.caps)
@@ -49,25 +47,31 @@ async def submit(request: Request, inputs: QueryInputs) -> Response:
 
 @router.post(_QUERY)
 async def poll_query(
-    request: Request, share: str, schema: str, table: str, query_id: str
+    request: Request,
+    share: str,
+    schema: str,
+    table: str,
+    query_id: str,
+    caps: CapabilitiesDep,
+    catalog: CatalogDep,
+    planner: PlannerDep,
+    service: AsyncQueriesDep,
+    base_url: BaseUrlDep,
 ) -> Response:
     """The query's status while it is planned, its error, or a page of its result."""
-    caps = capabilities.parse(request.headers.get(capabilities.HEADER))
     poll = parse_poll_body(await request.body())
-    shared = _lookup(request, share, schema, table)
-    service = _service(request)
+    shared = catalog.get_table(share, schema, table)
+    plan = partial(planner.query, base_url=base_url)
     try:
-        outcome = await run_in_threadpool(
-            service.poll, shared, query_id, poll, caps, partial(_plan, request)
-        )
+        outcome = await run_in_threadpool(service.poll, shared, query_id, poll, caps, plan)
     except AsyncQueryFailed as failed:
         return _failure(failed)
     if not isinstance(outcome, AsyncResult):
         return _status_response(outcome.query_id, caps)
-    plan = outcome.plan
-    response_capabilities = f"{plan.capabilities_header()};asyncquery=true"
-    headers = _headers(plan.version, response_capabilities, outcome.file_id_hash)
-    return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
+    result = outcome.plan
+    response_capabilities = f"{result.capabilities_header()};asyncquery=true"
+    headers = query_headers(result.version, response_capabilities, outcome.file_id_hash)
+    return StreamingResponse(result.body(), media_type=NDJSON, headers=headers)
 
 
 def _status_response(query_id: str, caps: Capabilities) -> Response:

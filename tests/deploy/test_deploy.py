@@ -25,7 +25,7 @@ import yaml
 
 from deltalog import DeltaTable
 from sharing.config import ConfigError, ServerConfig, parse_config
-from sharing.query_store import DATABASE_FILE
+from sharing.query.async_store import DATABASE_FILE
 from tests.support import REPO_ROOT
 from tests.support.processes import free_port, stop, wait_http
 from tests.support.requirements import require

@@ -16,9 +16,16 @@ import httpx
 import orjson
 import pytest
 
-from sharing.async_queries import PollRequest, parse_poll_body
 from sharing.errors import InvalidParameter, MalformedRequest
-from sharing.query_store import DATABASE_FILE, FAILED, PENDING, READY, SqliteQueryStore, StoredQuery
+from sharing.query.async_store import (
+    DATABASE_FILE,
+    FAILED,
+    PENDING,
+    READY,
+    SqliteQueryStore,
+    StoredQuery,
+)
+from sharing.query.request import PollRequest, parse_poll_body
 from tests.support.corpus import CORPUS
 from tests.support.server import RunningServer, make_config, run_server
 from tests.support.tables import append_replacing_commit

@@ -16,10 +16,12 @@ import orjson
 import pytest
 
 from deltalog import DeltaTable, history
-from sharing import capabilities
 from sharing.catalog import Catalog
-from sharing.cdf_query import ChangesInputs, ChangesParams, ChangesRange, ChangeTokens, plan_changes
-from sharing.paging import StreamPosition
+from sharing.query import capabilities
+from sharing.query.changes import plan_changes
+from sharing.query.kinds import ChangesRange, StreamPosition
+from sharing.query.request import ChangesInputs, ChangesParams
+from sharing.query.tokens import ChangeTokens
 from sharing.tables import TableService
 from sharing.tokens import TokenCodec
 from tests.support.corpus import CORPUS

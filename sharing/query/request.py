@@ -1,9 +1,11 @@
-"""`POST .../query` and `GET .../metadata` parameters: parsing and validation.
+"""Request parsing of every query route: the `POST .../query` body, `GET .../metadata`
+and `GET .../changes` parameters, and the async poll body, with what came with them
+(table, capabilities, file id scheme) as `QueryInputs` / `ChangesInputs`.
 
-The body is validated like the reference's protobuf parser (numbers may be strings; a wrong
+A query body is validated like the reference's protobuf parser (numbers may be strings; a wrong
 type is MALFORMED_REQUEST) and then by the reference's parameter rules, all before the
 table is looked up, so a bad request on an unknown table is a 400, not a 404. The response
-itself is planned in sharing.snapshot_query.
+itself is planned by sharing.query.planner.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from sharing.capabilities import Capabilities
+from sharing.catalog import SharedTable
 from sharing.errors import InvalidParameter, MalformedRequest
 from sharing.numbers import (
     INT32,
@@ -24,8 +26,10 @@ from sharing.numbers import (
     OutOfRange,
     parse_integer,
 )
+from sharing.query.capabilities import Capabilities
 
 _MESSAGE_TYPE = "QueryTableRequest"
+_POLL_MESSAGE_TYPE = "GetQueryTableInfoRequest"
 
 
 @dataclass(frozen=True)
@@ -185,3 +189,143 @@ def validate_metadata_params(version: int | None, timestamp: str | None) -> None
         raise InvalidParameter("Please only provide one of: version,timestamp")
     if version is not None and version < 0:
         raise InvalidParameter("version cannot be negative.")
+
+
+@dataclass(frozen=True)
+class QueryInputs:
+    """A validated query request with what came with it (headers, table)."""
+
+    shared: SharedTable
+    request: QueryRequest
+    caps: Capabilities
+    file_id_hash: str | None
+
+
+# -- changes (GET .../changes) ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChangesParams:
+    """The URL parameters of a changes request, as sent (versions are parsed once the
+    table is known, as the reference does)."""
+
+    starting_version: str | None = None
+    starting_timestamp: str | None = None
+    ending_version: str | None = None
+    ending_timestamp: str | None = None
+    include_historical_metadata: bool = False
+    include_historical_protocol: bool = False
+    max_files: int | None = None
+    page_token: str | None = None
+
+    def defining(self) -> dict[str, object]:
+        """The parameters that define the result, which a page token's checksum covers so
+        that it only continues the query it was minted for."""
+        return {
+            "startingVersion": self.starting_version,
+            "startingTimestamp": self.starting_timestamp,
+            "endingVersion": self.ending_version,
+            "endingTimestamp": self.ending_timestamp,
+            "includeHistoricalMetadata": self.include_historical_metadata,
+            "includeHistoricalProtocol": self.include_historical_protocol,
+        }
+
+
+def parse_params(
+    *,
+    starting_version: str | None,
+    starting_timestamp: str | None,
+    ending_version: str | None,
+    ending_timestamp: str | None,
+    include_historical_metadata: str | None,
+    include_historical_protocol: str | None,
+    max_files: str | None,
+    page_token: str | None,
+) -> ChangesParams:
+    """The parameters, with the checks the reference makes before the table lookup
+    (`maxFiles` only)."""
+    files = None
+    if max_files is not None:
+        try:
+            files = parse_integer(max_files, INT32)
+        except ValueError:
+            raise InvalidParameter(NUMBER_FORMAT_MESSAGE) from None
+        if files <= 0:
+            raise InvalidParameter("maxFiles must be positive.")
+    return ChangesParams(
+        starting_version=starting_version,
+        starting_timestamp=starting_timestamp,
+        ending_version=ending_version,
+        ending_timestamp=ending_timestamp,
+        include_historical_metadata=lenient_bool(include_historical_metadata),
+        include_historical_protocol=lenient_bool(include_historical_protocol),
+        max_files=files,
+        page_token=page_token,
+    )
+
+
+def lenient_bool(raw: str | None) -> bool:
+    """`true` in any case is true; anything else (absent, `False`, garbage) is false, as
+    the reference's `Try(toBoolean).getOrElse(false)`."""
+    return raw is not None and raw.strip().lower() == "true"
+
+
+@dataclass(frozen=True)
+class ChangesInputs:
+    """A changes request with what came with it (headers, table)."""
+
+    shared: SharedTable
+    params: ChangesParams
+    caps: Capabilities
+    file_id_hash: str | None
+
+
+# -- the poll request ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PollRequest:
+    """The body of `POST .../queries/{queryId}` (camelCase or snake_case names)."""
+
+    query_id: str | None = None
+    max_files: int | None = None
+    page_token: str | None = None
+
+
+def parse_poll_body(body: bytes) -> PollRequest:
+    """Parse and check a poll body; empty means `{}`."""
+    data = json_object(body, _POLL_MESSAGE_TYPE)
+    max_files = _poll_max_files(body_field(data, "maxFiles", "max_files"))
+    return PollRequest(
+        query_id=_text(data, "queryId", "query_id"),
+        max_files=max_files,
+        page_token=_text(data, "pageToken", "page_token"),
+    )
+
+
+def _poll_max_files(raw: object) -> int | None:
+    """`maxFiles` of a poll: a JSON integer, or a string of ASCII digits with an optional
+    minus sign; above int32 is "Not an int32 value", and it must be positive."""
+    if raw is None:
+        return None
+    value: object = raw
+    if isinstance(raw, str):
+        try:
+            value = parse_integer(raw.strip(), INT32, signs="-")
+        except NotAnInteger:
+            raise MalformedRequest(f"Not a numeric value: {raw}") from None
+        except OutOfRange as exc:
+            if not exc.negative:
+                raise MalformedRequest("Not an int32 value") from None
+            raise InvalidParameter("maxFiles must be positive.") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MalformedRequest(f"Not a numeric value: {value}")
+    if value > INT32.high:
+        raise MalformedRequest("Not an int32 value")
+    if value <= 0:
+        raise InvalidParameter("maxFiles must be positive.")
+    return value
+
+
+def _text(data: dict[str, Any], json_name: str, proto_name: str) -> str | None:
+    return body_string(data, json_name, proto_name, _POLL_MESSAGE_TYPE)

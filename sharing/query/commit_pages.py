@@ -14,8 +14,8 @@ import pyarrow as pa
 from deltalog.actions import Metadata
 from deltalog.actions import Protocol as DeltaProtocol
 from sharing.formats import FileContext, FormatWriter, TableHead
-from sharing.paging import StreamPosition
-from sharing.snapshot_query import FileSection, Section
+from sharing.query.kinds import StreamPosition
+from sharing.query.plan import FileSection, Section
 
 
 class Commit(Protocol):

@@ -8,127 +8,24 @@ streaming body.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltalog import Snapshot
-from sharing import capabilities
-from sharing.batch_pipeline import BatchWork, formatted
-from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
-from sharing.errors import SharingError, UnsupportedOperation
-from sharing.formats import FILE, FileContext, FormatWriter, TableHead, dumps_line, writer_for
+from sharing.formats import FileContext, writer_for
 from sharing.formats.ids import with_file_ids
-from sharing.paging import PinnedVersion, QueryTokens
 from sharing.presign.base import Signer
-from sharing.query import QueryRequest
+from sharing.query import capabilities
+from sharing.query.capabilities import Capabilities
+from sharing.query.kinds import PinnedVersion
+from sharing.query.plan import FileSection, QueryPlan, check_parquet_readable, table_head
+from sharing.query.request import QueryInputs
+from sharing.query.tokens import QueryTokens
 from sharing.skipping import apply_limit, filter_files
 from sharing.tables import ResolvedSnapshot, TableService
-
-BATCH_ROWS = 10_000
-
-
-@dataclass(frozen=True)
-class FileSection:
-    """File actions that share one context (a snapshot, or one commit of a range)."""
-
-    files: pa.Table
-    context: FileContext
-    action: str = FILE
-
-
-Section = bytes | FileSection
-
-
-@dataclass
-class QueryPlan:
-    """A response ready to stream: header values, head lines, then sections: literal
-    lines (metadata of later versions) and file actions, formatted batch by batch."""
-
-    version: int
-    response_format: str
-    head: bytes
-    sections: Iterable[Section]
-    writer: FormatWriter
-    end_stream: bool = False  # finish with an endStreamAction
-    header_end_stream: bool = False  # the client asked for it in its capabilities
-    next_page_token: str | None = None
-    refresh_token: str | None = None
-    batch_rows: int = BATCH_ROWS
-
-    def capabilities_header(self) -> str:
-        return capabilities.response_header(
-            self.response_format, include_end_stream_action=self.header_end_stream
-        )
-
-    def body(self) -> Iterator[bytes]:
-        """The NDJSON body; file lines are formatted and signed one batch at a time (with a
-        slow signer, the next batches ahead on a pool: see sharing.batch_pipeline).
-
-        A failure after the head lines were sent can no longer change the status: a client
-        that declared `includeendstreamaction` gets a final end-stream action carrying the
-        error; for any other client the error propagates and the connection is aborted, so
-        it sees a truncated body rather than a short, well-formed one (an end-stream action
-        it does not check for errors would look like a complete last page)."""
-        yield self.head
-        min_expiration: int | None = None
-        try:
-            for lines in formatted(self._work(), self.writer):
-                if isinstance(lines, bytes):
-                    yield lines
-                    continue
-                expiry = lines.min_expiration_ms
-                if expiry is not None and (min_expiration is None or expiry < min_expiration):
-                    min_expiration = expiry
-                if lines.text:
-                    yield lines.text
-        except Exception as exc:
-            if not self.header_end_stream:
-                raise
-            yield end_stream_error(exc)
-            return
-        if self.end_stream:
-            action: dict[str, Any] = {}
-            if self.refresh_token is not None:
-                action["refreshToken"] = self.refresh_token
-            if self.next_page_token is not None:
-                action["nextPageToken"] = self.next_page_token
-            if min_expiration is not None:
-                action["minUrlExpirationTimestamp"] = min_expiration
-            yield dumps_line({"endStreamAction": action})
-
-    def _work(self) -> Iterator[bytes | BatchWork]:
-        """The sections as literal lines and batches of at most `batch_rows` files."""
-        for section in self.sections:
-            if isinstance(section, bytes):
-                yield section
-                continue
-            for batch in section.files.to_batches(max_chunksize=self.batch_rows):
-                yield BatchWork(batch, section.context, section.action)
-
-
-def end_stream_error(exc: Exception) -> bytes:
-    """The last line of a stream that failed midway."""
-    if isinstance(exc, SharingError) and exc.status < 500:
-        message, status = exc.message, exc.status
-    else:
-        message, status = "Internal error while streaming the response.", 500
-    return dumps_line({"endStreamAction": {"errorMessage": message, "httpStatusErrorCode": status}})
-
-
-def table_head(snapshot: Snapshot, history_shared: bool) -> TableHead:
-    """Protocol, metadata and size figures of a snapshot, computed on its Arrow files."""
-    return TableHead(
-        protocol=snapshot.protocol,
-        metadata=snapshot.metadata,
-        size=snapshot.size_in_bytes,
-        num_files=snapshot.num_files,
-        history_shared=history_shared,
-    )
 
 
 @dataclass(frozen=True)
@@ -138,16 +35,6 @@ class HintSettings:
 
     evaluate_json: bool = True
     evaluate_sql: bool = False
-
-
-@dataclass(frozen=True)
-class QueryInputs:
-    """A validated query request with what came with it (headers, table)."""
-
-    shared: SharedTable
-    request: QueryRequest
-    caps: Capabilities
-    file_id_hash: str | None
 
 
 def plan_query(
@@ -240,18 +127,6 @@ def _pinned(inputs: QueryInputs, tokens: QueryTokens) -> PinnedVersion | None:
     if request.refresh_token is not None:
         return tokens.read_refresh_token(inputs.shared, request.refresh_token)
     return None
-
-
-def check_parquet_readable(response_format: str, files: pa.Table) -> None:
-    """Files with deletion vectors cannot be read as plain parquet (a table may hold them
-    after its DV property was turned off)."""
-    if response_format != capabilities.PARQUET or files.num_rows == 0:
-        return
-    if pc.any(pc.is_valid(files.column("deletionVector"))).as_py():
-        raise UnsupportedOperation(
-            "Deletion Vector property disabled: the table has files with deletion vectors; "
-            "ask for responseformat=delta with readerfeatures=deletionvectors."
-        )
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from sharing.catalog import SharedTable
 from sharing.config import TableConfig
 from sharing.errors import InvalidParameter, UnsupportedOperation
 from sharing.formats import FileContext, FileLines
-from sharing.paging import PinnedVersion, QueryTokens
-from sharing.query import QueryRequest
-from sharing.snapshot_query import FileSection, QueryPlan
+from sharing.query.kinds import PinnedVersion
+from sharing.query.plan import FileSection, QueryPlan
+from sharing.query.request import QueryRequest
+from sharing.query.tokens import QueryTokens
 from sharing.tokens import TokenCodec
 
 SECRET = b"0123456789abcdef0123456789abcdef"
@@ -102,7 +103,7 @@ def _tokens(now: list[int], ttl: int = 1000) -> QueryTokens:
 
 
 def test_page_token_round_trip_and_expiry(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sharing.paging as paging
+    import sharing.query.tokens as paging
 
     now = [10_000]
     monkeypatch.setattr(paging, "_now_ms", lambda: now[0])
@@ -119,7 +120,7 @@ def test_page_token_round_trip_and_expiry(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_refresh_token_round_trip_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sharing.paging as paging
+    import sharing.query.tokens as paging
 
     now = [10_000]
     monkeypatch.setattr(paging, "_now_ms", lambda: now[0])

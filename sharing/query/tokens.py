@@ -12,39 +12,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import orjson
 
 from sharing.catalog import SharedTable
 from sharing.errors import InvalidParameter
-from sharing.query import QueryRequest
+from sharing.query.kinds import ChangesRange, PinnedVersion, StreamPosition
+from sharing.query.request import ChangesParams, QueryRequest
 from sharing.tokens import ExpiredToken, TokenCodec, TokenError
 from sharing.tokens import now_ms as _now_ms  # a module attribute: tests pin the clock
 
 PAGE_KIND = "query-page"
 STREAM_PAGE_KIND = "stream-page"
 REFRESH_KIND = "query-refresh"
-
-
-@dataclass(frozen=True)
-class PinnedVersion:
-    """Where a continued query resumes: the pinned version and the first file to send."""
-
-    version: int
-    start_index: int = 0
-    time_travel: bool = False
-
-
-@dataclass(frozen=True)
-class StreamPosition:
-    """Where a paginated streaming query resumes: its pinned range, the commit and the
-    index of the next file action inside that commit (removes first, then adds)."""
-
-    start: int
-    end: int
-    commit: int
-    index: int
+CHANGES_PAGE_KIND = "changes-page"
 
 
 def checksum(parameters: Mapping[str, object]) -> str:
@@ -180,3 +161,30 @@ class QueryTokens:
         if not isinstance(version, int):
             raise InvalidParameter(f"Error decoding refresh token: {token}.")
         return PinnedVersion(version)
+
+
+class ChangeTokens(QueryTokens):
+    """Page tokens of changes queries: the query tokens' signing, expiry, table binding,
+    parameter checksum and messages, with the head snapshot version pinned as well."""
+
+    def changes_page_token(
+        self, shared: SharedTable, params: ChangesParams, pinned: ChangesRange
+    ) -> str:
+        position = pinned.position
+        fields = {
+            "s": pinned.start,
+            "e": pinned.end,
+            "h": pinned.head_version,
+            "v": position.commit,
+            "i": position.index,
+        }
+        return self.encode_page(CHANGES_PAGE_KIND, shared, fields, params.defining())
+
+    def read_changes_page_token(self, shared: SharedTable, params: ChangesParams) -> ChangesRange:
+        start, end, head, commit, index = self.decode_page(
+            CHANGES_PAGE_KIND, shared, params.page_token, params.defining(), _PAGE_FIELDS
+        )
+        return ChangesRange(start, end, head, StreamPosition(start, end, commit, index))
+
+
+_PAGE_FIELDS = ("s", "e", "h", "v", "i")

@@ -29,18 +29,18 @@ from typing import Any
 
 import orjson
 
-from sharing import capabilities
-from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
-from sharing.errors import InvalidParameter, MalformedRequest, ResourceNotFound, SharingError
+from sharing.errors import InvalidParameter, ResourceNotFound, SharingError
 from sharing.formats import dumps_line
-from sharing.numbers import INT32, NotAnInteger, OutOfRange, parse_integer
-from sharing.paging import PinnedVersion, QueryTokens, StreamPosition, parameters_checksum
-from sharing.query import QueryRequest, body_field, body_string, json_object
-from sharing.query_store import FAILED, PENDING, QueryStore, SqliteQueryStore, StoredQuery
-from sharing.snapshot_query import QueryInputs, QueryPlan
-from sharing.streaming_query import first_position
+from sharing.query import capabilities
+from sharing.query.async_store import FAILED, PENDING, QueryStore, SqliteQueryStore, StoredQuery
+from sharing.query.capabilities import Capabilities
+from sharing.query.kinds import PinnedVersion, QueryKind, StreamPosition
+from sharing.query.plan import QueryPlan
+from sharing.query.request import PollRequest, QueryInputs, QueryRequest
+from sharing.query.streaming import first_position
+from sharing.query.tokens import QueryTokens, parameters_checksum
 from sharing.tables import TableService, require_history
 from sharing.tokens import now_ms
 
@@ -48,75 +48,22 @@ __all__ = [
     "AsyncQueryFailed",
     "AsyncQueryService",
     "AsyncResult",
-    "Planner",
-    "PollRequest",
+    "PlanQuery",
     "build_service",
-    "parse_poll_body",
     "pending_capabilities",
     "status_line",
 ]
 
 log = logging.getLogger(__name__)
 
-Planner = Callable[[QueryInputs], QueryPlan]
+# Plans one query (or one page of it) as the synchronous route would.
+PlanQuery = Callable[[QueryInputs], QueryPlan]
 
 # A planner that has not finished after this long is presumed dead (its process stopped)
 # and another process may plan the query again; planning twice is harmless.
 PLANNING_LEASE_MS = 5 * 60_000
 PLANNING_THREADS = 4
 _INTERNAL_MESSAGE = "Internal error while planning the query."
-_POLL_MESSAGE_TYPE = "GetQueryTableInfoRequest"
-
-
-# -- the poll request ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PollRequest:
-    """The body of `POST .../queries/{queryId}` (camelCase or snake_case names)."""
-
-    query_id: str | None = None
-    max_files: int | None = None
-    page_token: str | None = None
-
-
-def parse_poll_body(body: bytes) -> PollRequest:
-    """Parse and check a poll body; empty means `{}`."""
-    data = json_object(body, _POLL_MESSAGE_TYPE)
-    max_files = _poll_max_files(body_field(data, "maxFiles", "max_files"))
-    return PollRequest(
-        query_id=_text(data, "queryId", "query_id"),
-        max_files=max_files,
-        page_token=_text(data, "pageToken", "page_token"),
-    )
-
-
-def _poll_max_files(raw: object) -> int | None:
-    """`maxFiles` of a poll: a JSON integer, or a string of ASCII digits with an optional
-    minus sign; above int32 is "Not an int32 value", and it must be positive."""
-    if raw is None:
-        return None
-    value: object = raw
-    if isinstance(raw, str):
-        try:
-            value = parse_integer(raw.strip(), INT32, signs="-")
-        except NotAnInteger:
-            raise MalformedRequest(f"Not a numeric value: {raw}") from None
-        except OutOfRange as exc:
-            if not exc.negative:
-                raise MalformedRequest("Not an int32 value") from None
-            raise InvalidParameter("maxFiles must be positive.") from None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise MalformedRequest(f"Not a numeric value: {value}")
-    if value > INT32.high:
-        raise MalformedRequest("Not an int32 value")
-    if value <= 0:
-        raise InvalidParameter("maxFiles must be positive.")
-    return value
-
-
-def _text(data: dict[str, Any], json_name: str, proto_name: str) -> str | None:
-    return body_string(data, json_name, proto_name, _POLL_MESSAGE_TYPE)
 
 
 # -- responses -------------------------------------------------------------------------------
@@ -238,7 +185,7 @@ class AsyncQueryService:
 
     # -- submission --------------------------------------------------------------------------
 
-    def submit(self, inputs: QueryInputs, planner: Planner) -> StoredQuery:
+    def submit(self, inputs: QueryInputs, planner: PlanQuery) -> StoredQuery:
         """Record the query under its idempotency key and start planning it; the same key
         with the same parameters gives back the query already recorded."""
         key = inputs.request.idempotency_key
@@ -277,7 +224,7 @@ class AsyncQueryService:
         query_id: str,
         poll: PollRequest,
         caps: Capabilities,
-        planner: Planner,
+        planner: PlanQuery,
     ) -> StoredQuery | AsyncResult:
         """The pending query, a page of its result, or AsyncQueryFailed."""
         if poll.query_id is not None and poll.query_id != query_id:
@@ -327,7 +274,7 @@ class AsyncQueryService:
 
     def _first_page_token(self, submitted: QueryInputs, pin: dict[str, Any]) -> str:
         shared, request = submitted.shared, submitted.request
-        if request.starting_version is not None:
+        if QueryKind.of(request) is QueryKind.STREAMING:
             position = StreamPosition(pin["start"], pin["end"], pin["commit"], pin["index"])
             return self._tokens.stream_page_token(shared, request, position)
         pinned = PinnedVersion(pin["version"], 0, pin["timeTravel"])
@@ -336,7 +283,7 @@ class AsyncQueryService:
     # -- planning ----------------------------------------------------------------------------
 
     def _take_over_if_abandoned(
-        self, stored: StoredQuery, shared: SharedTable, planner: Planner
+        self, stored: StoredQuery, shared: SharedTable, planner: PlanQuery
     ) -> None:
         now = self._clock_ms()
         if stored.status != PENDING or stored.lease_until_ms > now:
@@ -345,10 +292,10 @@ class AsyncQueryService:
             log.warning("async query %s: planner lease expired, planning again", stored.query_id)
             self._start(stored.query_id, _decode_inputs(stored.request, shared), planner)
 
-    def _start(self, query_id: str, inputs: QueryInputs, planner: Planner) -> None:
+    def _start(self, query_id: str, inputs: QueryInputs, planner: PlanQuery) -> None:
         self._pool.submit(self._plan, query_id, inputs, planner)
 
-    def _plan(self, query_id: str, inputs: QueryInputs, planner: Planner) -> None:
+    def _plan(self, query_id: str, inputs: QueryInputs, planner: PlanQuery) -> None:
         """Background: plan the query and record the pin, or the error a client gets."""
         try:
             pin = self._pin(inputs, planner)
@@ -371,11 +318,12 @@ class AsyncQueryService:
         except Exception:
             log.exception("async query %s: cannot record the planning outcome", query_id)
 
-    def _pin(self, inputs: QueryInputs, planner: Planner) -> dict[str, Any]:
+    def _pin(self, inputs: QueryInputs, planner: PlanQuery) -> dict[str, Any]:
         """Plan the query as the synchronous one would (every check, the filtered files)
         and return where its result is pinned."""
         shared, request = inputs.shared, inputs.request
-        if request.starting_version is not None:
+        kind = QueryKind.of(request)
+        if kind is QueryKind.STREAMING:
             require_history(shared)
             if request.page_token is not None:
                 position = self._tokens.read_stream_page_token(shared, request)
@@ -397,8 +345,7 @@ class AsyncQueryService:
                 "index": pinned.start_index,
                 "timeTravel": pinned.time_travel,
             }
-        travel = request.version is not None or request.timestamp is not None
-        return {"version": plan.version, "index": 0, "timeTravel": travel}
+        return {"version": plan.version, "index": 0, "timeTravel": kind.time_travel}
 
 
 def pending_capabilities(caps: Capabilities) -> str:

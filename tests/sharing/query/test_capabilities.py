@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from deltalog.actions import Metadata, Protocol
-from sharing import capabilities
-from sharing.capabilities import Capabilities, choose_format, parse, response_header
 from sharing.errors import InvalidParameter, UnsupportedOperation
+from sharing.query import capabilities
+from sharing.query.capabilities import Capabilities, choose_format, parse, response_header
 
 V1 = Protocol(1, 2)
 DV_PROTOCOL = Protocol(3, 7, ("deletionVectors",), ("deletionVectors",))

@@ -26,7 +26,7 @@ from sharing.errors import UnsupportedOperation
 from sharing.formats import FileContext, writer_for
 from sharing.presign.base import SignedUrls, parallel_batches
 from sharing.presign.gcs import GcsSigner, HmacKey, RsaKey
-from sharing.snapshot_query import FileSection, QueryPlan
+from sharing.query.plan import FileSection, QueryPlan
 
 NOW = 1_795_364_124.0
 BATCH_ROWS = 4

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+import pyarrow as pa
 
 from deltalog import Snapshot, history
 from deltalog.actions import Metadata
@@ -24,24 +26,20 @@ from deltalog.actions import Protocol as DeltaProtocol
 from deltalog.changes import ChangeCommit, ChangeDataNotRecordedError, check_cdf_enabled
 from deltalog.changes import table_changes as read_table_changes
 from deltalog.errors import MissingLogFileError, TimestampOutOfRangeError
-from sharing import capabilities
-from sharing.capabilities import Capabilities
 from sharing.catalog import SharedTable
-from sharing.commit_pages import CommitPart, commit_sections, paginate, part_files
 from sharing.errors import InvalidParameter, SharingError
-from sharing.formats import ADD, CDC, REMOVE, FileContext, writer_for
-from sharing.numbers import INT32, INT64, NUMBER_FORMAT_MESSAGE, parse_integer
-from sharing.paging import QueryTokens, StreamPosition
+from sharing.formats import ADD, CDC, REMOVE
+from sharing.numbers import INT64, parse_integer
 from sharing.presign.base import SignedUrls, Signer
-from sharing.snapshot_query import (
-    FileSection,
-    QueryPlan,
-    check_parquet_readable,
-    table_head,
-)
+from sharing.query import capabilities
+from sharing.query.capabilities import Capabilities
+from sharing.query.kinds import ChangesRange, StreamPosition
+from sharing.query.plan import QueryPlan, check_parquet_readable
+from sharing.query.ranges import RangeKind, RangeRequest, plan_range
+from sharing.query.request import ChangesInputs, ChangesParams
+from sharing.query.tokens import ChangeTokens
 from sharing.tables import TableService
 
-CHANGES_PAGE_KIND = "changes-page"
 _ICT_PROPERTIES = frozenset(
     {
         "delta.enableInCommitTimestamps",
@@ -49,75 +47,6 @@ _ICT_PROPERTIES = frozenset(
         "delta.inCommitTimestampEnablementTimestamp",
     }
 )
-
-
-# -- parameters --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChangesParams:
-    """The URL parameters of a changes request, as sent (versions are parsed once the
-    table is known, as the reference does)."""
-
-    starting_version: str | None = None
-    starting_timestamp: str | None = None
-    ending_version: str | None = None
-    ending_timestamp: str | None = None
-    include_historical_metadata: bool = False
-    include_historical_protocol: bool = False
-    max_files: int | None = None
-    page_token: str | None = None
-
-    def defining(self) -> dict[str, object]:
-        """The parameters that define the result, which a page token's checksum covers so
-        that it only continues the query it was minted for."""
-        return {
-            "startingVersion": self.starting_version,
-            "startingTimestamp": self.starting_timestamp,
-            "endingVersion": self.ending_version,
-            "endingTimestamp": self.ending_timestamp,
-            "includeHistoricalMetadata": self.include_historical_metadata,
-            "includeHistoricalProtocol": self.include_historical_protocol,
-        }
-
-
-def parse_params(
-    *,
-    starting_version: str | None,
-    starting_timestamp: str | None,
-    ending_version: str | None,
-    ending_timestamp: str | None,
-    include_historical_metadata: str | None,
-    include_historical_protocol: str | None,
-    max_files: str | None,
-    page_token: str | None,
-) -> ChangesParams:
-    """The parameters, with the checks the reference makes before the table lookup
-    (`maxFiles` only)."""
-    files = None
-    if max_files is not None:
-        try:
-            files = parse_integer(max_files, INT32)
-        except ValueError:
-            raise InvalidParameter(NUMBER_FORMAT_MESSAGE) from None
-        if files <= 0:
-            raise InvalidParameter("maxFiles must be positive.")
-    return ChangesParams(
-        starting_version=starting_version,
-        starting_timestamp=starting_timestamp,
-        ending_version=ending_version,
-        ending_timestamp=ending_timestamp,
-        include_historical_metadata=lenient_bool(include_historical_metadata),
-        include_historical_protocol=lenient_bool(include_historical_protocol),
-        max_files=files,
-        page_token=page_token,
-    )
-
-
-def lenient_bool(raw: str | None) -> bool:
-    """`true` in any case is true; anything else (absent, `False`, garbage) is false, as
-    the reference's `Try(toBoolean).getOrElse(false)`."""
-    return raw is not None and raw.strip().lower() == "true"
 
 
 def _version_number(raw: str, name: str) -> int:
@@ -134,58 +63,39 @@ def _timestamp_ms(raw: str, name: str) -> int:
         raise InvalidParameter(f"Invalid {name}: {exc}") from exc
 
 
-# -- page tokens -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChangesRange:
-    """What a changes query (and every page of it) is pinned to: the inclusive version
-    range, the version of the head snapshot, and where this page starts."""
-
-    start: int
-    end: int
-    head_version: int
-    position: StreamPosition
-
-
-class ChangeTokens(QueryTokens):
-    """Page tokens of changes queries: the query tokens' signing, expiry, table binding,
-    parameter checksum and messages, with the head snapshot version pinned as well."""
-
-    def changes_page_token(
-        self, shared: SharedTable, params: ChangesParams, pinned: ChangesRange
-    ) -> str:
-        position = pinned.position
-        fields = {
-            "s": pinned.start,
-            "e": pinned.end,
-            "h": pinned.head_version,
-            "v": position.commit,
-            "i": position.index,
-        }
-        return self.encode_page(CHANGES_PAGE_KIND, shared, fields, params.defining())
-
-    def read_changes_page_token(self, shared: SharedTable, params: ChangesParams) -> ChangesRange:
-        start, end, head, commit, index = self.decode_page(
-            CHANGES_PAGE_KIND, shared, params.page_token, params.defining(), _PAGE_FIELDS
-        )
-        return ChangesRange(start, end, head, StreamPosition(start, end, commit, index))
-
-
-_PAGE_FIELDS = ("s", "e", "h", "v", "i")
-
-
 # -- planning ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ChangesInputs:
-    """A changes request with what came with it (headers, table)."""
+class Changes(RangeKind[ChangeCommit]):
+    """A change data feed's hooks: a commit's change data files when it has any, else its
+    data-changing removes and adds; the protocol and metadata at the start and every later
+    one must be readable, parquet clients get no deletion vectors on adds or removes; the
+    in-commit timestamp properties are not delivered, and a commit that removes and adds
+    one file again gets one URL for it."""
 
-    shared: SharedTable
-    params: ChangesParams
-    caps: Capabilities
-    file_id_hash: str | None
+    def read(
+        self, tables: TableService, shared: SharedTable, first: int, last: int
+    ) -> list[ChangeCommit]:
+        with tables.errors(shared), _change_errors():
+            return list(read_table_changes(tables.delta_table(shared), first, last))
+
+    def groups(self, commit: ChangeCommit) -> Sequence[tuple[pa.Table, str]]:
+        return ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD))
+
+    def check(
+        self, commits: Sequence[ChangeCommit], caps: Capabilities, before: Snapshot, chosen: str
+    ) -> None:
+        _check_readable(commits, caps, before, chosen)
+
+    def delivered(self, metadata: Metadata, chosen: str) -> Metadata:
+        return _as_delivered(metadata, chosen)
+
+    def signer(self, signer: Signer, commit: ChangeCommit) -> Signer:
+        rewrites = commit.removes.num_rows > 0 and commit.adds.num_rows > 0
+        return _CommitSigner(signer) if rewrites else signer
+
+
+CHANGES = Changes()
 
 
 def plan_changes(
@@ -198,72 +108,34 @@ def plan_changes(
 ) -> QueryPlan:
     """The plan of a changes query (or one page of it); every client error is raised here,
     before streaming."""
-    shared, params, caps = inputs.shared, inputs.params, inputs.caps
+    shared, params = inputs.shared, inputs.params
     if not shared.config.history_shared:
         raise InvalidParameter(f"cdf is not enabled on table {shared.full_name}")
     if params.page_token is not None:
         pinned = tokens.read_changes_page_token(shared, params)
     else:
         pinned = _first_range(shared, params, tables)
-
-    head_snapshot = tables.at_version(shared, pinned.head_version)
-    chosen = capabilities.choose_format(caps, head_snapshot.protocol, head_snapshot.metadata)
-    start_snapshot = (
-        head_snapshot
-        if pinned.head_version == pinned.start
-        else tables.at_version(shared, pinned.start)
-    )
-    with tables.errors(shared), _change_errors():
-        commits = list(
-            read_table_changes(tables.delta_table(shared), pinned.position.commit, pinned.end)
-        )
-    _check_readable(commits, replace(caps, response_formats=(chosen,)), start_snapshot, chosen)
-
-    writer = writer_for(chosen)
-    history_shared = shared.config.history_shared
-    head_fields = table_head(head_snapshot, history_shared)
-    head_fields = replace(head_fields, metadata=_as_delivered(head_fields.metadata, chosen))
-    head = writer.head_lines(head_fields, version=head_snapshot.version)
-    signer = signer_for(head_snapshot)
-
-    def context(commit: ChangeCommit) -> FileContext:
-        rewrites = commit.removes.num_rows > 0 and commit.adds.num_rows > 0
-        return FileContext(
-            storage=head_snapshot.storage,
-            table_root=head_snapshot.table_root,
-            signer=_CommitSigner(signer) if rewrites else signer,
-            id_scheme=inputs.file_id_hash or chosen,
-            version=commit.version,
-            timestamp=commit.timestamp,
-        )
-
-    paged = params.max_files is not None or params.page_token is not None
-    budget = min(params.max_files or page_size_limit, page_size_limit) if paged else None
-    parts, resume = paginate(commits, pinned.position, budget, _actions)
-    next_token = None
-    if resume is not None:
-        next_token = tokens.changes_page_token(shared, params, replace(pinned, position=resume))
-    sections = commit_sections(
-        parts,
-        pinned.start,
-        writer=writer,
-        protocol=start_snapshot.protocol,
-        metadata=start_snapshot.metadata,
-        history_shared=history_shared,
-        historical_protocol=params.include_historical_protocol and chosen == capabilities.DELTA,
+    query = RangeRequest(
+        shared=shared,
+        caps=inputs.caps,
+        file_id_hash=inputs.file_id_hash,
+        start=pinned.start,
+        position=pinned.position,
+        head_version=pinned.head_version,
+        historical_protocol=params.include_historical_protocol,
         historical_metadata=params.include_historical_metadata,
-        files=lambda part: _files(part, context(part.commit)),
-        delivered=lambda metadata: _as_delivered(metadata, chosen),
+        max_files=params.max_files,
+        page_token=params.page_token,
     )
-    return QueryPlan(
-        version=pinned.start,
-        response_format=chosen,
-        head=head,
-        sections=sections,
-        writer=writer,
-        end_stream=caps.include_end_stream_action or paged,
-        header_end_stream=caps.include_end_stream_action,
-        next_page_token=next_token,
+    return plan_range(
+        CHANGES,
+        query,
+        tables=tables,
+        page_size_limit=page_size_limit,
+        signer_for=signer_for,
+        next_token=lambda resume: tokens.changes_page_token(
+            shared, params, replace(pinned, position=resume)
+        ),
     )
 
 
@@ -361,7 +233,7 @@ def _timestamp_range(table: history.TableLike, ts: int, latest: int) -> Iterator
 
 
 def _check_readable(
-    commits: list[ChangeCommit], caps: Capabilities, start: Snapshot, chosen: str
+    commits: Sequence[ChangeCommit], caps: Capabilities, start: Snapshot, chosen: str
 ) -> None:
     """Every protocol and metadata in the range must be readable in the chosen format, and
     a parquet client cannot apply deletion vectors."""
@@ -408,16 +280,3 @@ def _as_delivered(metadata: Metadata, response_format: str) -> Metadata:
         return metadata
     configuration = {k: v for k, v in metadata.configuration.items() if k not in _ICT_PROPERTIES}
     return replace(metadata, configuration=configuration)
-
-
-# -- pages and lines ---------------------------------------------------------------------------
-
-
-def _actions(commit: ChangeCommit) -> int:
-    return commit.cdcs.num_rows + commit.removes.num_rows + commit.adds.num_rows
-
-
-def _files(part: CommitPart[ChangeCommit], ctx: FileContext) -> Iterator[FileSection]:
-    """The file sections of a part: its slice of [cdcs | removes | adds]."""
-    commit = part.commit
-    return part_files(part, ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD)), ctx)
