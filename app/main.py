@@ -14,6 +14,7 @@ from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
+from app.openapi import OPENAPI_PATH, serve_openapi
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
@@ -25,7 +26,7 @@ from sharing.query.planner import Planner
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
-from sharing.tables import TableService
+from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
@@ -64,7 +65,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
     metrics = Metrics(config) if config.metrics.enabled else None
-    app.state.tables = TableService(config, stats_warmer=StatsWarmer(), observer=metrics)
+    app.state.tables = TableService(
+        config,
+        stats_warmer=StatsWarmer(),
+        observer=metrics,
+        snapshot_store=snapshot_store_for(config),
+    )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
     app.state.async_queries = build_service(
@@ -91,6 +97,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(landing.router)
     app.add_api_route(prefix, landing.landing, methods=["GET"], include_in_schema=False)
     app.add_api_route(prefix + "/", landing.landing, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        prefix + OPENAPI_PATH, serve_openapi, methods=["GET"], include_in_schema=False
+    )
 
     admin_app = build_admin_app(config, app.state.recipients)
     if admin_app is not None:
