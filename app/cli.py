@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, help="port to listen on (default: the config's 'port'; 0 = any)"
     )
     serve.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes (default: the config's 'workers'; 0 or unset there = one "
+        "per CPU core, or 1 for the demo)",
+    )
+    serve.add_argument(
         "--demo-dir",
         metavar="DIR",
         default=".lakeshare/demo",
@@ -135,6 +142,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     prepare_metrics_dir(config)  # before anything imports prometheus-client (app.main does)
     from app.main import create_app
+    from app.workers import default_snapshot_cache_dir, worker_count
+
+    if args.workers is not None and args.workers < 0:
+        return _fail("--workers must be 0 or more", 2)
+    workers = worker_count(args.workers, config.workers, demo=demo)
+    if config.snapshot_cache_dir is None:
+        try:
+            cache_dir = str(default_snapshot_cache_dir())
+        except OSError as exc:
+            log.warning("no snapshot cache (%s); set snapshotCacheDir", exc)
+            cache_dir = "off"
+        config = config.model_copy(update={"snapshot_cache_dir": cache_dir})
 
     try:
         app = create_app(config)  # before announcing anything: a broken app must not look up
@@ -160,11 +179,37 @@ def _serve(args: argparse.Namespace) -> int:
             return _fail(f"cannot set up TLS: {exc}")
         base_url = _base_url(config, host, port)
         _announce(config, config_path, base_url, demo)
-        from sharing.table_check import log_reports_in_background
+        if workers == 1:
+            _check_in_background(app, config)
+            return _run(app, sock, ssl_options, config.limits)
+        del app  # each worker builds its own, after the fork
+        return _run_workers(config, workers, sock, ssl_options)
 
-        # Warms the app's own table cache too; a slow store delays only its own line.
-        log_reports_in_background(app.state.tables, config, timeout_seconds=STARTUP_CHECK_SECONDS)
+
+def _check_in_background(app: Any, config: ServerConfig) -> None:
+    from sharing.table_check import log_reports_in_background
+
+    # Warms the app's own table cache too; a slow store delays only its own line.
+    log_reports_in_background(app.state.tables, config, timeout_seconds=STARTUP_CHECK_SECONDS)
+
+
+def _run_workers(
+    config: ServerConfig, workers: int, sock: socket.socket, ssl_options: dict[str, Any]
+) -> int:
+    """N processes serving `sock` (app.workers); the first one also checks the tables at
+    start-up, which writes their snapshots to the shared cache for the others to map."""
+    from app.main import create_app
+    from app.workers import run_workers
+
+    def worker(index: int) -> int:
+        app = create_app(config)
+        if index == 0:
+            _check_in_background(app, config)
         return _run(app, sock, ssl_options, config.limits)
+
+    print(f"Worker processes: {workers}")
+    sys.stdout.flush()
+    return run_workers(workers, worker)
 
 
 def _bind(host: str, port: int) -> socket.socket:

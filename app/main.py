@@ -23,7 +23,7 @@ from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
-from sharing.tables import TableService
+from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
@@ -62,7 +62,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
     metrics = Metrics(config) if config.metrics.enabled else None
-    app.state.tables = TableService(config, stats_warmer=StatsWarmer(), observer=metrics)
+    app.state.tables = TableService(
+        config,
+        stats_warmer=StatsWarmer(),
+        observer=metrics,
+        snapshot_store=snapshot_store_for(config),
+    )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
     app.state.async_queries = build_service(

@@ -243,8 +243,8 @@ def main() -> None:
             "--port",
             str(port),
         ]
-        if workers != 1:
-            command += ["--workers", str(workers)]
+        if workers != 1 or supports_workers():
+            command += ["--workers", str(workers)]  # the default is one per core
         server = start(command, workdir, f"lakeshare-{workers}", f"http://127.0.0.1:{port}/healthz")
         url = f"http://127.0.0.1:{port}"
         try:

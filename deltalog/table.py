@@ -4,13 +4,18 @@ The latest snapshot is cached and refreshed incrementally: when the table has ga
 commits since, only those commits are read and applied on top of the cached state. A
 small LRU keeps a few time-travel snapshots. One lock guards the caches, so the handle can
 be shared by the server's threads.
+
+How often the latest snapshot is checked against storage is the table's `RefreshPolicy`:
+concurrent requests share one listing of `_delta_log`, and with a window, a request that
+arrives shortly after a listing started is served by that listing.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from deltalog import events, history
 from deltalog.actions import CommitActions
@@ -34,12 +39,88 @@ MAX_INCREMENTAL_COMMITS = 100
 HISTORICAL_CACHE_SIZE = 4
 
 
+class RefreshPolicy:
+    """When the latest snapshot is checked against storage, and by whom.
+
+    A request for the latest snapshot needs a listing of the log that started no earlier
+    than `window_seconds` before the request arrived. If the last listing qualifies, its
+    snapshot is served without a new one. If a listing is under way, the request waits for
+    it and is served by it when it qualifies, else by the next one, which a single waiting
+    request runs for all the requests that arrived meanwhile. So a burst of N concurrent
+    requests costs at most two listings, not N, and with a window of 0 every request still
+    sees every commit that completed before it arrived (today's strictness). A failed
+    listing fails the requests it would have served; the next request tries again.
+    """
+
+    def __init__(
+        self, window_seconds: float = 0.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.window_seconds = max(0.0, window_seconds)
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._running = False
+        self._started: float | None = None  # when the last finished listing started
+        self._snapshot: Snapshot | None = None
+        self._error: BaseException | None = None
+        self.listings = 0  # listings run (for tests and metrics)
+        self.waiting = 0  # requests waiting for a listing under way
+
+    def latest(self, refresh: Callable[[], Snapshot]) -> Snapshot:
+        """The latest snapshot, from a listing fresh enough for a request arriving now;
+        `refresh` lists the log and returns the snapshot."""
+        oldest_usable = self._clock() - self.window_seconds
+        with self._cond:
+            while True:
+                started = self._started
+                # Strictly after: a listing begun at the same clock reading as the
+                # request may have begun before it.
+                if started is not None and started > oldest_usable:
+                    if self._error is not None:
+                        raise self._error
+                    assert self._snapshot is not None
+                    return self._snapshot
+                if not self._running:
+                    break
+                self.waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self.waiting -= 1
+            self._running = True
+            self.listings += 1
+        begun = self._clock()
+        snapshot: Snapshot | None = None
+        error: BaseException | None = None
+        try:
+            snapshot = refresh()
+            return snapshot
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            with self._cond:
+                self._running = False
+                self._started = begun
+                self._snapshot = snapshot
+                self._error = error
+                self._cond.notify_all()
+
+    def forget(self) -> None:
+        """The next request lists the log whatever the window (e.g. after a write)."""
+        with self._cond:
+            self._started = None
+            self._snapshot = None
+            self._error = None
+
+
 class DeltaTable:
     """A Delta table at `uri` (a local path or `file:` URI).
 
     With an explicit `storage`, `uri` is the table root's key in that storage. With a
     `snapshot_store`, the latest snapshot is mapped from (and written to) that store,
-    shared with every process using it (see deltalog.snapshot_store).
+    shared with every process using it (see deltalog.snapshot_store). `refresh_window`
+    is the RefreshPolicy's window in seconds (0: every request for the latest snapshot
+    lists the log, concurrent ones sharing a listing).
     """
 
     def __init__(
@@ -48,6 +129,7 @@ class DeltaTable:
         storage: Storage | None = None,
         *,
         snapshot_store: SnapshotStore | None = None,
+        refresh_window: float = 0.0,
     ) -> None:
         if storage is None:
             storage, root = resolve(uri)
@@ -64,6 +146,7 @@ class DeltaTable:
         )
         # Commit timestamps from one listing, extended as the log grows (deltalog.history).
         self.commit_timeline = history.CommitTimeline(storage, root)
+        self.refresh_policy = RefreshPolicy(refresh_window)
 
     @classmethod
     def open(
@@ -72,8 +155,9 @@ class DeltaTable:
         storage: Storage | None = None,
         *,
         snapshot_store: SnapshotStore | None = None,
+        refresh_window: float = 0.0,
     ) -> DeltaTable:
-        return cls(uri, storage, snapshot_store=snapshot_store)
+        return cls(uri, storage, snapshot_store=snapshot_store, refresh_window=refresh_window)
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
@@ -104,10 +188,20 @@ class DeltaTable:
     # -- snapshots ------------------------------------------------------------------
 
     def snapshot(self, version: int | None = None) -> Snapshot:
-        """The table at `version` (None: the latest), from the caches where possible."""
+        """The table at `version` (None: the latest, as the refresh policy allows), from
+        the caches where possible."""
+        if version is None:
+            refreshed = False
+
+            def refresh() -> Snapshot:
+                nonlocal refreshed
+                refreshed = True
+                return self._locked_refresh()
+
+            newest = self.refresh_policy.latest(refresh)
+            # Served by another request's listing: cached as far as this one is concerned.
+            return newest if refreshed else _told(newest, events.CACHED)
         with self._lock:
-            if version is None:
-                return self._refresh_latest()
             cached = self._history.get(version)
             if cached is not None:
                 self._history.move_to_end(version)
@@ -127,6 +221,10 @@ class DeltaTable:
                 )
             self._remember(snap)
             return _told(snap, source)
+
+    def _locked_refresh(self) -> Snapshot:
+        with self._lock:
+            return self._refresh_latest()
 
     def _refresh_latest(self) -> Snapshot:
         latest = self._latest

@@ -2,7 +2,10 @@
 
 One `deltalog.DeltaTable` per location is kept in an LRU of `deltaTableCacheSize`; its
 snapshots are cached and updated incrementally by deltalog, so a request on an unchanged
-table costs one listing of new commits (none at all with `stalenessAcceptable`). Version
+table costs at most one listing of new commits, shared with concurrent requests and
+skipped within `refreshWindowMs` of the last one (deltalog.table.RefreshPolicy; none at
+all with `stalenessAcceptable`). With a snapshot store, latest snapshots are memory-mapped
+files shared by the server's worker processes (deltalog.snapshot_store). Version
 and timestamp parameters are resolved here with the reference server's messages, and
 deltalog errors become protocol errors.
 
@@ -43,6 +46,7 @@ from deltalog.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from deltalog.snapshot_store import SnapshotStore
 from deltalog.storage import resolve
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
@@ -101,18 +105,23 @@ class TableService:
         stats_warmer: StatsWarmer | None = None,
         observer: SnapshotObserver | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        *,
+        snapshot_store: SnapshotStore | None = None,
     ) -> None:
         """`stats_warmer`, when given, parses a newly loaded latest snapshot's statistics
         for the columns earlier queries on the table used, in the background, so the
         next predicate query usually finds them cached. `observer` hears of every
         snapshot resolved; loads slower than `slowSnapshotLoadMs` (by `clock`, seconds)
-        are logged here."""
+        are logged here. `snapshot_store`, when given, holds the tables' latest snapshots
+        as files shared with other processes."""
         self._observer = observer
         self._clock = clock
         self._slow_seconds = config.slow_snapshot_load_ms / 1000
         self._capacity = max(1, config.delta_table_cache_size)
         self._warmer = stats_warmer
         self._stale_ok = config.staleness_acceptable
+        self._refresh_window = config.refresh_window_ms / 1000
+        self.snapshot_store = snapshot_store
         self._tables: OrderedDict[_TableKey, deltalog.DeltaTable] = OrderedDict()
         self._latest: dict[_TableKey, deltalog.Snapshot] = {}
         self._lock = threading.Lock()
@@ -130,7 +139,12 @@ class TableService:
                 return table
         with self.errors(shared):
             storage, root = resolve(shared.config.location, shared.config.storage_options())
-            table = deltalog.DeltaTable(root, storage)
+            table = deltalog.DeltaTable(
+                root,
+                storage,
+                snapshot_store=self.snapshot_store,
+                refresh_window=self._refresh_window,
+            )
         with self._lock:
             table = self._tables.setdefault(location, table)
             self._tables.move_to_end(location)
@@ -327,6 +341,18 @@ class TableService:
 
 
 _TableKey = tuple[str, tuple[tuple[str, Any], ...]]
+
+SNAPSHOT_CACHE_OFF = "off"
+
+
+def snapshot_store_for(config: ServerConfig) -> SnapshotStore | None:
+    """The snapshot store `snapshotCacheDir` names (None when unset or "off"). Files are
+    not checksummed when mapped: they are written by this server, renamed into place
+    whole, and still checked for size, structure, table, version and anchor commit."""
+    directory = config.snapshot_cache_dir
+    if directory is None or directory.lower() == SNAPSHOT_CACHE_OFF:
+        return None
+    return SnapshotStore(directory, verify=False)
 
 
 def _cached_event(snapshot: deltalog.Snapshot) -> events.SnapshotResolved:

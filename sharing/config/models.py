@@ -487,6 +487,14 @@ class ServerConfig(Section):
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
+    # Worker processes of `lakeshare serve` (0: one per CPU core; the demo: 1).
+    workers: NonNegative = 0
+    # Shared memory-mapped snapshot files (deltalog.snapshot_store); unset: `lakeshare
+    # serve` picks a per-user directory under the system's temporary directory; "off": none.
+    snapshot_cache_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
+    # Latest snapshots checked against storage less than this long ago are served without
+    # listing the log again (0: list on every request). See deltalog.table.RefreshPolicy.
+    refresh_window_ms: NonNegative = 250
     limits: LimitsConfig = LimitsConfig()
 
     metrics: MetricsConfig = MetricsConfig()

@@ -41,6 +41,9 @@ def make_config(raw: Mapping[str, Any] | None = None, **overrides: Any) -> Serve
         "version": 1,
         "authorization": {"bearerToken": TEST_BEARER_TOKEN},
         "signingSecret": TEST_SIGNING_SECRET,
+        # Tests commit and read back at once: every request checks the log (tests of the
+        # refresh window set it themselves).
+        "refreshWindowMs": 0,
     }
     document.update(raw or {})
     document.update(overrides)

@@ -1,0 +1,160 @@
+"""`lakeshare serve --workers N`: N processes serve one socket, build their apps after the
+fork, share the snapshot cache (one file per table version, written once), are restarted
+when one dies, and all stop with the supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import delta_sharing
+import httpx
+import pytest
+
+from app.workers import run_workers, worker_count
+from deltalog.snapshot_store import SUFFIX
+from tests.app.test_cli import announced_url, write_config
+from tests.support import REPO_ROOT
+from tests.support.corpus import copy_table
+
+TOKEN = "cli-test-token-16"
+
+
+def test_worker_count() -> None:
+    assert worker_count(3, 0, demo=False) == 3  # --workers wins
+    assert worker_count(None, 2, demo=True) == 2  # then the config
+    assert worker_count(None, 0, demo=True) == 1  # the demo: one
+    assert worker_count(None, 0, demo=False) == len(os.sched_getaffinity(0))
+    assert worker_count(0, 0, demo=True) == 1
+
+
+@contextmanager
+def serving(*args: str, log: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """`lakeshare serve ...` with its log in a file (many requests' access lines would fill
+    a pipe nobody reads); yields the process and its announcement lines."""
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("Worker processes:"):
+                break
+        if process.poll() is not None:
+            pytest.fail(f"lakeshare serve exited early:\n{log.read_text()}")
+        yield process, lines
+    finally:
+        if process.poll() is None:
+            process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.update(int(p) for p in text)
+    return found
+
+
+def _wait(condition: object, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_workers_share_the_snapshot_cache_and_are_restarted(tmp_path: Path) -> None:
+    table = copy_table("delta-rs/simple_table_with_checkpoint", tmp_path / "tables")
+    cache = tmp_path / "snapshots"
+    config = write_config(table, snapshotCacheDir=str(cache))
+    log = tmp_path / "server.log"
+    with serving("--config", str(config), "--workers", "2", log=log) as (process, lines):
+        url = announced_url(lines)
+        _wait(lambda: len(_children(process.pid)) == 2, "two workers")
+        profile = tmp_path / "profile.share"
+        profile.write_text(
+            f'{{"shareCredentialsVersion": 1, "endpoint": "{url}", "bearerToken": "{TOKEN}"}}'
+        )
+        # Several clients (connections): the kernel spreads them over both workers.
+        for _ in range(6):
+            frame = delta_sharing.load_as_pandas(f"{profile}#s.d.t")
+            assert len(frame) > 0
+        # One snapshot file for the table's version, however many workers read it.
+        files = sorted(cache.rglob("*" + SUFFIX))
+        assert [f.name for f in files] == [f"{10:020d}{SUFFIX}"]
+        written = files[0].stat().st_mtime_ns
+
+        # A worker that dies is replaced; the server keeps answering.
+        victim = min(_children(process.pid))
+        os.kill(victim, signal.SIGKILL)
+        _wait(
+            lambda: len(_children(process.pid)) == 2 and victim not in _children(process.pid),
+            "a replacement worker",
+        )
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        query = url + "shares/s/schemas/d/tables/t/query"
+        for _ in range(4):
+            with httpx.Client() as client:  # a new connection each time
+                assert client.post(query, json={}, headers=headers).status_code == 200
+        # The replacement mapped the cached file: it was not written again.
+        assert sorted(cache.rglob("*" + SUFFIX)) == files
+        assert files[0].stat().st_mtime_ns == written
+        workers = _children(process.pid)
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+def _supervise(run_worker: Callable[[int], int], count: int) -> int:
+    """Fork a supervisor (its signal handlers stay out of pytest); returns its pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = run_workers(count, run_worker)
+        finally:
+            os._exit(code)
+    return pid
+
+
+def test_a_worker_failing_at_start_stops_the_server() -> None:
+    pid = _supervise(lambda index: 3, 2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1
+
+
+def test_the_supervisor_stops_its_workers_on_sigterm(tmp_path: Path) -> None:
+    def serve_until_stopped(index: int) -> int:
+        (tmp_path / f"worker-{index}").write_text(str(os.getpid()))
+        while True:  # SIGTERM (default action) ends it, as it ends a serving uvicorn
+            signal.pause()
+
+    pid = _supervise(serve_until_stopped, 2)
+    _wait(lambda: all((tmp_path / f"worker-{i}").exists() for i in range(2)), "workers")
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    for i in range(2):
+        assert not Path(f"/proc/{(tmp_path / f'worker-{i}').read_text()}").exists()
