@@ -71,6 +71,7 @@ __all__ = [
     "TableService",
     "parse_timestamp",
     "require_history",
+    "snapshot_store_for",
 ]
 
 log = logging.getLogger(__name__)
