@@ -76,7 +76,7 @@ def measure(stack: str, connections: int, seconds: float, work: Path) -> dict[st
                 "wrk",
                 "-t2",
                 f"-c{connections}",
-                f"-d{seconds}s",
+                f"-d{int(seconds)}s",
                 "-s",
                 str(lua),
                 f"http://127.0.0.1:{port}/items",
