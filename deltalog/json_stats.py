@@ -15,6 +15,10 @@ rows that came from commits.
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -106,7 +110,11 @@ def typed_stats(stats: pa.Array, struct: pa.StructType) -> pa.StructArray:
     if pa.types.is_large_string(stats.type):
         stats = stats.cast(pa.string())
     schema = pa.schema(list(struct))
-    parts = [_group(stats.slice(start, size), schema) for start, size in _groups(stats)]
+    groups = _groups(stats)
+    if len(groups) > 1:  # the reader releases the GIL: groups are parsed on every core
+        parts = list(_executor().map(lambda g: _group(stats.slice(*g), schema), groups))
+    else:
+        parts = [_group(stats.slice(start, size), schema) for start, size in groups]
     if not parts:
         return pa.array([], struct)
     chunks = pa.chunked_array(parts, struct).combine_chunks()
@@ -129,6 +137,20 @@ def with_typed_stats(chunks: FileChunks, metadata: Metadata) -> FileChunks | Non
         for batch in chunks.batches
     ]
     return FileChunks.restore(schema, batches, chunks.keys)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="json-stats"
+            )
+        return _pool
 
 
 def _groups(stats: pa.Array) -> list[tuple[int, int]]:
