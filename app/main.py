@@ -14,6 +14,7 @@ from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
+from app.openapi import OPENAPI_PATH, serve_openapi
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
 from app.routes.admin import build_admin_app
 from sharing.catalog import Catalog
@@ -92,6 +93,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(landing.router)
     app.add_api_route(prefix, landing.landing, methods=["GET"], include_in_schema=False)
     app.add_api_route(prefix + "/", landing.landing, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        prefix + OPENAPI_PATH, serve_openapi, methods=["GET"], include_in_schema=False
+    )
 
     admin_app = build_admin_app(config, app.state.recipients)
     if admin_app is not None:

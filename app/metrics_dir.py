@@ -62,6 +62,7 @@ def prepare_metrics_dir(config: ServerConfig) -> Path | None:
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.glob("*.db"):
             stale.unlink(missing_ok=True)
+        _on_worker_exit(directory)
         return directory
     try:
         _sweep_orphans(Path(tempfile.gettempdir()))
@@ -71,4 +72,18 @@ def prepare_metrics_dir(config: ServerConfig) -> Path | None:
         return None
     atexit.register(shutil.rmtree, made, ignore_errors=True)
     os.environ[MULTIPROC_ENV] = made
+    _on_worker_exit(Path(made))
     return Path(made)
+
+
+def _on_worker_exit(directory: Path) -> None:
+    """The supervisor of `--workers N` marks each exited worker's files dead (its
+    counters and histograms stay in the sums; live gauges, if any, drop it)."""
+    from app.workers import WORKER_EXITED
+
+    def mark_dead(pid: int) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+
+    WORKER_EXITED.append(mark_dead)

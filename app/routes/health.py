@@ -100,11 +100,16 @@ def _signing_check(tokens: TokenCodec) -> Callable[[], object]:
 
 def install(app: FastAPI, config: ServerConfig, metrics: Metrics | None) -> None:
     """Add the operational routes, the standard readiness checks (signing, async-query
-    store), and a lifespan step marking the app started (ready) and, when a worker
-    process stops, its metrics files dead."""
+    store, the recipients' state store when there is one), and a lifespan step marking
+    the app started (ready) and, when a worker process stops, its metrics files dead."""
     readiness = Readiness()
     readiness.add("signing", _signing_check(app.state.tokens))
     readiness.add("stateStore", app.state.async_queries.ping)
+    recipients = getattr(app.state, "recipients", None)
+    store = getattr(recipients, "store", None)
+    if store is not None:
+        # A read of the store's change counter: reachable, and its schema is in place.
+        readiness.add("recipientStore", lambda: store.counter("readiness-probe"))
     app.state.readiness = readiness
     app.state.metrics = metrics
     app.include_router(router)

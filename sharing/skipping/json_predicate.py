@@ -126,6 +126,8 @@ class _Builder:
             return self.unknown(f"{op}: children is not a list")
         # Children are built (and counted) before validation so the limits see them all.
         built = [self.node(child, depth + 1) for child in children]
+        if not isinstance(op, str):  # a list or object would not even hash
+            return self.unknown(f"op is not a string: {_short(op)}")
         if op == "column":
             return self.column(value)
         if op == "literal":
@@ -162,7 +164,7 @@ class _Builder:
         name, value_type = value.get("name"), value.get("valueType")
         if not isinstance(name, str) or not name:
             return self.unknown("column without a name")
-        if value_type not in VALUE_TYPES:
+        if not isinstance(value_type, str) or value_type not in VALUE_TYPES:
             return self.unknown(f"column {name!r} has unknown valueType {_short(value_type)}")
         parts = tuple(name.split("."))
         return Column(parts, value_type, dotted=len(parts) > 1)
@@ -170,7 +172,7 @@ class _Builder:
     def literal(self, value: dict[str, Any]) -> Literal | Unknown:
         value_type = value.get("valueType")
         raw = value.get("value")
-        if value_type not in VALUE_TYPES:
+        if not isinstance(value_type, str) or value_type not in VALUE_TYPES:
             return self.unknown(f"literal has unknown valueType {_short(value_type)}")
         if raw is None or isinstance(raw, dict | list):
             return self.unknown(f"literal without a usable value: {_short(raw)}")

@@ -8,6 +8,7 @@ case is tests/http/test_metrics_workers.py.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -205,3 +206,23 @@ def test_readyz_and_healthz(server: RunningServer) -> None:
         "checks": {"configuration": "ok", "started": "ok", "signing": "ok", "stateStore": "ok"},
     }
     assert httpx.get(_root(server, "/healthz")).json() == {"status": "ok"}
+
+
+def test_readyz_follows_the_recipient_store(tmp_path: Path) -> None:
+    """With a state store (SQLite here, a real database file), readiness includes it: a
+    store whose schema is gone (or that cannot be reached) makes /readyz a 503, and the
+    liveness probe stays green."""
+    database = tmp_path / "state.db"
+    config = make_config({"shares": []}, store={"url": f"sqlite:///{database}", "cacheSeconds": 0})
+    with run_server(config, tmp_path / "server") as server:
+        ready = httpx.get(_root(server, "/readyz"))
+        assert ready.status_code == 200 and ready.json()["checks"]["recipientStore"] == "ok"
+        with sqlite3.connect(database) as connection:
+            connection.execute("DROP TABLE lakeshare_state")
+        broken = httpx.get(_root(server, "/readyz"))
+        assert broken.status_code == 503
+        body = broken.json()
+        assert body["errorCode"] == "TEMPORARILY_UNAVAILABLE"
+        assert body["checks"]["recipientStore"] == "failed"
+        assert body["message"] == "Not ready (recipientStore: failed)."
+        assert httpx.get(_root(server, "/healthz")).status_code == 200
