@@ -386,7 +386,7 @@ def _write(text: str) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from deltalog.errors import DeltaError
+    from deltalog import DeltaError
     from deltalog.inspect import describe
 
     timestamp: str | int | None = args.timestamp

@@ -50,3 +50,28 @@ class UnsupportedOperation(SharingError):
 class Forbidden(SharingError):
     status = 403
     error_code = "PERMISSION_DENIED"
+
+
+class TableAccessDenied(SharingError):
+    """The storage service refused the server's own credentials for a table: the
+    reference answers as if the table were not there (the provider is told in the log)."""
+
+    status = 400
+    error_code = "RESOURCE_DOES_NOT_EXIST"
+
+    def __init__(self) -> None:
+        super().__init__("permission denied")
+
+
+class TableFilesMissing(SharingError):
+    """A commit file a change data feed needs is gone (log cleanup): the reference's 400."""
+
+    status = 400
+    error_code = "RESOURCE_DOES_NOT_EXIST"
+
+
+class TableUnreadable(SharingError):
+    """The table's log cannot be read (corrupt, unreachable): the provider's problem."""
+
+    def __init__(self) -> None:
+        super().__init__("The table cannot be read; the provider has been notified.")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from deltalog.errors import DeltaError
+from deltalog import DeltaError
 from deltalog.storage.kinds import StorageKind, backend_module, storage_kind
 
 __all__ = [

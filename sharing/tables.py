@@ -8,6 +8,12 @@ all with `stalenessAcceptable`). With a snapshot store, latest snapshots are mem
 files shared by the server's worker processes (deltalog.snapshot_store). Version
 and timestamp parameters are resolved here with the reference server's messages, and
 deltalog errors become protocol errors.
+
+This module is the server's one door to the log reader: snapshots, version resolution,
+the commits of a version range (streaming and change data feed) and the change data feed
+checks all go through `TableService`, and only here are `deltalog.history`,
+`deltalog.changes` and `deltalog.errors` imported (tests/test_architecture.py checks it),
+so the planners in sharing/query speak only in sharing terms.
 """
 
 from __future__ import annotations
@@ -23,9 +29,18 @@ from typing import Any, Protocol
 
 import deltalog
 from deltalog import events, history
+from deltalog.changes import (
+    ChangeCommit,
+    ChangeDataNotRecordedError,
+    DataChangeCommit,
+    check_cdf_enabled,
+    data_changes,
+    table_changes,
+)
 from deltalog.errors import (
     CorruptLogError,
     DeltaError,
+    MissingLogFileError,
     TableNotFoundError,
     TimestampOutOfRangeError,
     UnsupportedFeatureError,
@@ -40,10 +55,24 @@ from sharing.errors import (
     MalformedRequest,
     ResourceNotFound,
     SharingError,
+    TableAccessDenied,
+    TableFilesMissing,
+    TableUnreadable,
     UnsupportedOperation,
 )
 from sharing.skipping.warm import StatsWarmer
 from sharing.storage_errors import access_denied
+
+__all__ = [
+    "ChangeCommit",
+    "DataChangeCommit",
+    "ResolvedSnapshot",
+    "SnapshotObserver",
+    "TableService",
+    "parse_timestamp",
+    "require_history",
+    "snapshot_store_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +260,36 @@ class TableService:
             )
         return version
 
+    # -- version ranges (streaming queries and change data feeds) -------------------------------
+
+    def data_changes(self, shared: SharedTable, first: int, last: int) -> list[DataChangeCommit]:
+        """The data-changing removes and adds of commits `first..last` (streaming)."""
+        with self.errors(shared):
+            return list(data_changes(self.delta_table(shared), first, last))
+
+    def table_changes(self, shared: SharedTable, first: int, last: int) -> list[ChangeCommit]:
+        """The change data of commits `first..last` (change data feed)."""
+        with self.errors(shared), _change_errors():
+            return list(table_changes(self.delta_table(shared), first, last))
+
+    def change_start_at(self, shared: SharedTable, ts: int, latest: int) -> int:
+        """The first version committed at or after `ts` (before the first commit is the
+        reference's error), for the start of a change data feed."""
+        table = self.delta_table(shared)
+        with self.errors(shared), _change_errors(), _timestamp_range(table, ts, latest):
+            return history.version_at_or_after(table, ts, latest=latest, before_first_is_error=True)
+
+    def change_end_at(self, shared: SharedTable, ts: int, latest: int) -> int:
+        """The last version committed at or before `ts`, for the end of a change data feed."""
+        table = self.delta_table(shared)
+        with self.errors(shared), _change_errors(), _timestamp_range(table, ts, latest):
+            return history.version_at_or_before(table, ts, latest=latest)
+
+    def check_cdf_enabled(self, shared: SharedTable, start: int, end: int) -> None:
+        """The change data feed was on for every version `start..end` (else a 400)."""
+        with self.errors(shared), _change_errors():
+            check_cdf_enabled(self.delta_table(shared), start, end)
+
     @staticmethod
     def _check_start_version(shared: SharedTable, version: int) -> None:
         start = shared.config.start_version
@@ -275,13 +334,11 @@ class TableService:
                     shared.config.location,
                     exc,
                 )
-                raise SharingError(
-                    "permission denied", status=400, error_code="RESOURCE_DOES_NOT_EXIST"
-                ) from exc
+                raise TableAccessDenied() from exc
             log.exception(
                 "shared table %s at %s cannot be read", shared.full_name, shared.config.location
             )
-            raise SharingError("The table cannot be read; the provider has been notified.") from exc
+            raise TableUnreadable() from exc
 
 
 _TableKey = tuple[str, tuple[tuple[str, Any], ...]]
@@ -321,12 +378,50 @@ def require_history(shared: SharedTable) -> None:
         )
 
 
-def parse_timestamp(text: str) -> int:
-    """An ISO-8601 timestamp with offset as epoch ms, or the reference's 400."""
+def parse_timestamp(text: str, name: str = "startingTimestamp") -> int:
+    """An ISO-8601 timestamp with offset (the parameter `name`) as epoch ms, or the
+    reference's 400."""
     try:
         return history.parse_timestamp(text)
     except ValueError as exc:
-        raise InvalidParameter(f"Invalid startingTimestamp: {exc}") from exc
+        raise InvalidParameter(f"Invalid {name}: {exc}") from exc
+
+
+@contextmanager
+def _change_errors() -> Iterator[None]:
+    """Inside TableService.errors: the deltalog errors that are the client's doing on a
+    changes query (a timestamp outside the history, change data not recorded) become 400s,
+    and a missing commit file the reference's 400 RESOURCE_DOES_NOT_EXIST."""
+    try:
+        yield
+    except (TimestampOutOfRangeError, ChangeDataNotRecordedError) as exc:
+        raise InvalidParameter(str(exc)) from exc
+    except MissingLogFileError as exc:
+        raise TableFilesMissing(f"table files missing: {exc}") from exc
+
+
+@contextmanager
+def _timestamp_range(table: history.TableLike, ts: int, latest: int) -> Iterator[None]:
+    """A timestamp outside the table's history, told with the reference's advice first:
+    clients show the message pretty-printed and cut into lines, and tests look for the
+    advice ("Please use a timestamp greater than or equal to") in one piece."""
+    try:
+        yield
+    except TimestampOutOfRangeError as exc:
+        timeline = history.timeline(table, through=latest)
+        lo, hi = timeline.searchable(latest)
+        if exc.before_first:
+            version = timeline.version_at(lo)
+            bound, relation = "greater", "before the earliest"
+        else:
+            version = timeline.version_at(hi - 1)
+            bound, relation = "less", "after the latest"
+        limit = history.format_instant(timeline.timestamp(version))
+        raise InvalidParameter(
+            f"Please use a timestamp {bound} than or equal to {limit}: the provided "
+            f"timestamp {history.format_instant(ts)} is {relation} available version "
+            f"({version}) of the table."
+        ) from exc
 
 
 def _version_message(exc: VersionNotFoundError) -> str:

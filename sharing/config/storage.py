@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from deltalog.errors import DeltaError
+from deltalog import DeltaError
 from sharing import storage_options
 from sharing.config.context import LoadContext, did_you_mean
 from sharing.config.errors import ConfigError, Problem, join_path

@@ -24,7 +24,7 @@ from urllib.parse import quote, urlsplit
 
 from azure.core.exceptions import AzureError
 
-from deltalog.errors import StorageError
+from deltalog import StorageError
 from deltalog.storage.azure import AzureStorage
 from deltalog.storage.base import Storage
 from deltalog.storage.kinds import as_backend

@@ -15,8 +15,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltalog import DeletionVectorError
 from deltalog.deletion_vectors import DeletionVectorDescriptor, absolute_paths
-from deltalog.errors import DeletionVectorError
 from sharing.errors import UnsupportedOperation
 from sharing.formats import (
     CDC,

@@ -14,20 +14,16 @@ mapping are served in delta format.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
 
-from deltalog import Snapshot, history
+from deltalog import Snapshot
 from deltalog.actions import Metadata
 from deltalog.actions import Protocol as DeltaProtocol
-from deltalog.changes import ChangeCommit, ChangeDataNotRecordedError, check_cdf_enabled
-from deltalog.changes import table_changes as read_table_changes
-from deltalog.errors import MissingLogFileError, TimestampOutOfRangeError
 from sharing.catalog import SharedTable
-from sharing.errors import InvalidParameter, SharingError
+from sharing.errors import InvalidParameter
 from sharing.formats import ADD, CDC, REMOVE
 from sharing.numbers import INT64, parse_integer
 from sharing.presign.base import SignedUrls, Signer
@@ -38,7 +34,7 @@ from sharing.query.plan import QueryPlan, check_parquet_readable
 from sharing.query.ranges import RangeKind, RangeRequest, plan_range
 from sharing.query.request import ChangesInputs, ChangesParams
 from sharing.query.tokens import ChangeTokens
-from sharing.tables import TableService
+from sharing.tables import ChangeCommit, TableService, parse_timestamp
 
 _ICT_PROPERTIES = frozenset(
     {
@@ -56,13 +52,6 @@ def _version_number(raw: str, name: str) -> int:
         raise InvalidParameter(f"{name} is not a valid number.") from None
 
 
-def _timestamp_ms(raw: str, name: str) -> int:
-    try:
-        return history.parse_timestamp(raw)
-    except ValueError as exc:
-        raise InvalidParameter(f"Invalid {name}: {exc}") from exc
-
-
 # -- planning ----------------------------------------------------------------------------------
 
 
@@ -76,8 +65,7 @@ class Changes(RangeKind[ChangeCommit]):
     def read(
         self, tables: TableService, shared: SharedTable, first: int, last: int
     ) -> list[ChangeCommit]:
-        with tables.errors(shared), _change_errors():
-            return list(read_table_changes(tables.delta_table(shared), first, last))
+        return tables.table_changes(shared, first, last)
 
     def groups(self, commit: ChangeCommit) -> Sequence[tuple[pa.Table, str]]:
         return ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD))
@@ -155,16 +143,12 @@ def _first_range(shared: SharedTable, params: ChangesParams, tables: TableServic
         raise InvalidParameter("No startingVersion or startingTimestamp provided for CDF read.")
 
     latest = tables.latest(shared).version
-    table = tables.delta_table(shared)
     if params.starting_version is not None:
         start = _version_number(params.starting_version, "startingVersion")
     else:
         assert params.starting_timestamp is not None
-        ts = _timestamp_ms(params.starting_timestamp, "startingTimestamp")
-        with tables.errors(shared), _change_errors(), _timestamp_range(table, ts, latest):
-            start = history.version_at_or_after(
-                table, ts, latest=latest, before_first_is_error=True
-            )
+        ts = parse_timestamp(params.starting_timestamp, "startingTimestamp")
+        start = tables.change_start_at(shared, ts, latest)
     if start > latest:
         raise InvalidParameter(
             f"Provided Start version({start}) for reading change data is invalid. Start version "
@@ -175,9 +159,8 @@ def _first_range(shared: SharedTable, params: ChangesParams, tables: TableServic
     if params.ending_version is not None:
         end = _version_number(params.ending_version, "endingVersion")
     elif params.ending_timestamp is not None:
-        ts = _timestamp_ms(params.ending_timestamp, "endingTimestamp")
-        with tables.errors(shared), _change_errors(), _timestamp_range(table, ts, latest):
-            end = history.version_at_or_before(table, ts, latest=latest)
+        ts = parse_timestamp(params.ending_timestamp, "endingTimestamp")
+        end = tables.change_end_at(shared, ts, latest)
     if end < start:
         raise InvalidParameter(
             f"CDF range from start {start} to end {end} was invalid. End cannot be before start."
@@ -187,49 +170,9 @@ def _first_range(shared: SharedTable, params: ChangesParams, tables: TableServic
         raise InvalidParameter(
             f"You can only query table changes since version {shared.config.start_version}."
         )
-    with tables.errors(shared), _change_errors():
-        check_cdf_enabled(table, start, end)
+    tables.check_cdf_enabled(shared, start, end)
     head_version = start if params.include_historical_metadata else latest
     return ChangesRange(start, end, head_version, StreamPosition(start, end, start, 0))
-
-
-@contextmanager
-def _change_errors() -> Iterator[None]:
-    """Inside TableService.errors: the deltalog errors that are the client's doing on a
-    changes query (a timestamp outside the history, change data not recorded) become 400s,
-    and a missing commit file the reference's 400 RESOURCE_DOES_NOT_EXIST."""
-    try:
-        yield
-    except (TimestampOutOfRangeError, ChangeDataNotRecordedError) as exc:
-        raise InvalidParameter(str(exc)) from exc
-    except MissingLogFileError as exc:
-        raise SharingError(
-            f"table files missing: {exc}", status=400, error_code="RESOURCE_DOES_NOT_EXIST"
-        ) from exc
-
-
-@contextmanager
-def _timestamp_range(table: history.TableLike, ts: int, latest: int) -> Iterator[None]:
-    """A timestamp outside the table's history, told with the reference's advice first:
-    clients show the message pretty-printed and cut into lines, and tests look for the
-    advice ("Please use a timestamp greater than or equal to") in one piece."""
-    try:
-        yield
-    except TimestampOutOfRangeError as exc:
-        timeline = history.timeline(table, through=latest)
-        lo, hi = timeline.searchable(latest)
-        if exc.before_first:
-            version = timeline.version_at(lo)
-            bound, relation = "greater", "before the earliest"
-        else:
-            version = timeline.version_at(hi - 1)
-            bound, relation = "less", "after the latest"
-        limit = history.format_instant(timeline.timestamp(version))
-        raise InvalidParameter(
-            f"Please use a timestamp {bound} than or equal to {limit}: the provided "
-            f"timestamp {history.format_instant(ts)} is {relation} available version "
-            f"({version}) of the table."
-        ) from exc
 
 
 def _check_readable(

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 
 from deltalog import Snapshot
-from deltalog.changes import DataChangeCommit, data_changes
 from sharing.catalog import SharedTable
 from sharing.errors import InvalidParameter
 from sharing.formats import ADD, REMOVE
@@ -28,7 +27,7 @@ from sharing.query.plan import QueryPlan, check_parquet_readable
 from sharing.query.ranges import RangeKind, RangeRequest, plan_range
 from sharing.query.request import QueryInputs
 from sharing.query.tokens import QueryTokens
-from sharing.tables import TableService, require_history
+from sharing.tables import DataChangeCommit, TableService, require_history
 
 
 class Streaming(RangeKind[DataChangeCommit]):
@@ -39,8 +38,7 @@ class Streaming(RangeKind[DataChangeCommit]):
     def read(
         self, tables: TableService, shared: SharedTable, first: int, last: int
     ) -> list[DataChangeCommit]:
-        with tables.errors(shared):
-            return list(data_changes(tables.delta_table(shared), first, last))
+        return tables.data_changes(shared, first, last)
 
     def groups(self, commit: DataChangeCommit) -> Sequence[tuple[pa.Table, str]]:
         return ((commit.removes, REMOVE), (commit.adds, ADD))

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deltalog import DeltaError
 from deltalog.actions import Metadata
-from deltalog.errors import DeltaError
 from deltalog.schema import (
     DataType,
     DecimalType,

@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltalog import DeltaError
 from deltalog.actions import Metadata
-from deltalog.errors import DeltaError
 from sharing.skipping.bounds import (
     Bounds,
     Mask,

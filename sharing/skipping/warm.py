@@ -28,8 +28,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 
+from deltalog import DeltaError
 from deltalog.actions import Metadata
-from deltalog.errors import DeltaError
 from deltalog.schema import StructType
 from sharing.skipping.bounds import stats_request
 from sharing.skipping.columns import Resolver
