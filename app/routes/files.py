@@ -23,7 +23,8 @@ _OCTETS = "application/octet-stream"
 
 def _file_server(request: Request) -> FileServer:
     """The app's file server (built by `create_app`)."""
-    return request.app.state.file_server
+    server: FileServer = request.app.state.file_server
+    return server
 
 
 @router.api_route("/files/{share}/{schema}/{table}/{path:path}", methods=["GET", "HEAD"])
