@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -80,6 +81,18 @@ def add_recipient_commands(commands: Any) -> None:
     create.add_argument("--comment", default="", help="free-form comment")
     create.add_argument("--public-key", metavar="FILE", help="PEM/JWK (private-key-jwt)")
     create.add_argument("--key-id", help="key id of --public-key")
+    create.add_argument(
+        "--private-key-out",
+        metavar="FILE",
+        help="private-key-jwt without --public-key: write the generated private key here "
+        "(0600; default <NAME>-private-key.pem)",
+    )
+    create.add_argument(
+        "--private-key-file",
+        metavar="PATH",
+        help="private-key-jwt with --public-key: where the recipient keeps the private key "
+        "(written in the profile)",
+    )
     _profile_options(create)
     create.add_argument(
         "--activation-link",
@@ -174,7 +187,12 @@ def _emit_profile(
     args: argparse.Namespace, config: ServerConfig, issued: IssuedCredential, name: str
 ) -> None:
     profile = profile_for(
-        issued, name, endpoint_url(config, args.endpoint), version=args.profile_version
+        issued,
+        name,
+        endpoint_url(config, args.endpoint),
+        version=args.profile_version,
+        config=config,
+        private_key_file=getattr(args, "private_key_file", None),
     )
     text = json.dumps(profile, indent=2) + "\n"
     if args.profile_out:
@@ -196,6 +214,9 @@ def _create(args: argparse.Namespace) -> int:
             raise InvalidValue("give at least one --share")
         kind = CredentialType(args.type)
         public_key = Path(args.public_key).read_text() if args.public_key else None
+        generated = _generated_key(args, kind, public_key)
+        if generated is not None:
+            public_key = generated[1]
         if args.activation_link:
             from sharing.recipients.activation import create_link
 
@@ -229,10 +250,40 @@ def _create(args: argparse.Namespace) -> int:
             key_id=args.key_id,
         )
         assert issued is not None
+        if generated is not None:
+            _write_private_key(generated[2], generated[0])
         _emit_profile(args, config, issued, recipient.name)
         return 0
 
     return _run(args, body)
+
+
+def _generated_key(
+    args: argparse.Namespace, kind: CredentialType, public_key: str | None
+) -> tuple[str, str, Path] | None:
+    """For a private-key-jwt recipient without --public-key: a new RS256 key pair and the
+    file its private half goes to — (private PEM, public PEM, path). Checked before the
+    recipient is created, written after, so a failing command leaves nothing behind."""
+    if kind is not CredentialType.PRIVATE_KEY_JWT or public_key is not None:
+        if args.private_key_out:
+            raise InvalidValue("--private-key-out is for private-key-jwt without --public-key")
+        return None
+    from sharing.recipients.oauth.public_keys import generate_key_pair
+
+    path = Path(args.private_key_out or f"{args.name}-private-key.pem").resolve()
+    if path.exists():
+        raise InvalidValue(f"{path} exists: not overwriting a private key")
+    if not path.parent.is_dir():
+        raise InvalidValue(f"{path.parent} is not a directory")
+    args.private_key_file = str(path)
+    private_pem, public_pem = generate_key_pair("RS256")
+    return private_pem, public_pem, path
+
+
+def _write_private_key(path: Path, pem: str) -> None:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+        handle.write(pem)
+    print(f"private key written to {path} (give it to the recipient; not kept)", file=sys.stderr)
 
 
 def _recipient_expiry(args: argparse.Namespace) -> int | None:

@@ -16,12 +16,14 @@ from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
+from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
+from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
 from sharing.tables import TableService, snapshot_store_for
@@ -84,6 +86,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
     # Signed file URLs carry their own authorisation (the signature), not the bearer token.
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+    # The OAuth token endpoint authenticates its clients itself (RFC 6749).
+    oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
     app.include_router(
         activation.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)]
     )

@@ -157,6 +157,25 @@ class CheckpointReader:
         absent = frozenset(f.name for f in ADD_SCHEMA if f.name not in present | fillable)
         return schema, absent
 
+    def metadata(self) -> Metadata | None:
+        """The checkpoint's metaData action, read ahead of its rows (just that column of
+        each file; a V2 manifest's was read already): what a caller streaming the rows
+        needs to know of the table first (deltalog.snapshot_store types statistics)."""
+        for part in self._head:
+            for action in part.non_file.get("metaData", []):
+                return metadata_from_action(action)
+        for key, pf, files_only in self._files:
+            if files_only or "metaData" not in pf.schema_arrow.names:
+                continue
+            try:
+                column = pf.read(columns=["metaData"], use_threads=False).column("metaData")
+            except (pa.ArrowInvalid, OSError) as exc:
+                name = posixpath.basename(key)
+                raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
+            for action in _small_actions(column, "metaData"):
+                return metadata_from_action(action)
+        return None
+
     def parts(self) -> Iterator[CheckpointPart]:
         """The file actions (and other actions) row group by row group, in file order."""
         for part in self._head:

@@ -22,6 +22,7 @@ from deltalog.checkpoint import read_checkpoint
 from deltalog.commits import in_commit_timestamps_enabled, read_commit
 from deltalog.errors import CorruptLogError
 from deltalog.features import check_reader_protocol
+from deltalog.file_chunks import FileChunks
 from deltalog.log_segment import LogSegment
 from deltalog.replay import FileState, apply_commits
 from deltalog.storage.base import FileInfo, Storage
@@ -148,6 +149,23 @@ class Snapshot:
             domain_metadata=domains,
             checkpoint_version=self.checkpoint_version,
             in_commit_timestamp=commits[-1].in_commit_timestamp,
+        )
+
+    def with_files(self, active: FileChunks) -> Snapshot:
+        """The same version with `active` as its files (the same rows with more columns,
+        e.g. typed statistics added; deltalog.json_stats)."""
+        return Snapshot(
+            storage=self.storage,
+            table_root=self.table_root,
+            version=self.version,
+            clock=self._clock,
+            protocol=self.protocol,
+            metadata=self.metadata,
+            state=FileState(active, self._state.removed),
+            txns=dict(self.txns),
+            domain_metadata=dict(self.domain_metadata),
+            checkpoint_version=self.checkpoint_version,
+            in_commit_timestamp=self._in_commit_timestamp,
         )
 
     def __repr__(self) -> str:

@@ -58,11 +58,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltalog.actions import REMOVE_SCHEMA, Metadata, Protocol
+from deltalog.actions import REMOVE_SCHEMA, STATS_PARSED, Metadata, Protocol
 from deltalog.checkpoint import CheckpointPart, CheckpointReader
 from deltalog.commits import metadata_from_action
 from deltalog.errors import DeltaError
 from deltalog.file_chunks import CHUNK_ROWS, ChunkSink, FileChunks, flat, split_batches
+from deltalog.json_stats import stats_type, typed_stats, with_typed_stats
 from deltalog.log_segment import LogListing, LogSegment, build_segment, list_log
 from deltalog.null_columns import null_array
 from deltalog.replay import FileState, commit_winners, conform_adds, file_keys, files_schema
@@ -147,7 +148,10 @@ class SnapshotStore:
     `verify` checks every file's checksum when it is mapped (a pass over its pages);
     `rewrite_after` is how many commits a followed snapshot may get ahead of its stored
     version before it is written again (in the background); `keep` is how many versions
-    of a table stay in the store.
+    of a table stay in the store. With `typed_stats`, files whose statistics are JSON
+    only are written with typed ones too (a `stats_parsed` column built in bulk, see
+    deltalog.json_stats), so data skipping in every process that maps the file reads
+    typed values instead of parsing JSON.
     """
 
     def __init__(
@@ -157,8 +161,10 @@ class SnapshotStore:
         verify: bool = True,
         rewrite_after: int = 32,
         keep: int = 2,
+        typed_stats: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        self.typed_stats = typed_stats
         self.verify = verify
         self.rewrite_after = max(1, rewrite_after)
         self.keep = max(1, keep)
@@ -211,6 +217,10 @@ class SnapshotStore:
 
     def save(self, identity: str, snapshot: Snapshot, anchor: Anchor) -> Path:
         """Write `snapshot` (atomically: a temporary file renamed into place)."""
+        if self.typed_stats:
+            typed = with_typed_stats(snapshot.file_state.active, snapshot.metadata)
+            if typed is not None:
+                snapshot = snapshot.with_files(typed)
         return self._written(
             identity, snapshot.version, lambda tmp: _write(tmp, identity, snapshot, anchor)
         )
@@ -369,7 +379,14 @@ class StoredTable:
                 self.store._written(
                     self.identity,
                     version,
-                    lambda tmp: _stream(tmp, self.identity, self.storage, segment, anchor),
+                    lambda tmp: _stream(
+                        tmp,
+                        self.identity,
+                        self.storage,
+                        segment,
+                        anchor,
+                        typed_stats=self.store.typed_stats,
+                    ),
                 )
                 return version
             except _KeysNeeded:
@@ -599,13 +616,20 @@ def _write(path: Path, identity: str, snapshot: Snapshot, anchor: Anchor) -> Non
 
 
 def _stream(
-    path: Path, identity: str, storage: Storage, segment: LogSegment, anchor: Anchor
+    path: Path,
+    identity: str,
+    storage: Storage,
+    segment: LogSegment,
+    anchor: Anchor,
+    *,
+    typed_stats: bool = False,
 ) -> None:
     """The snapshot of `segment` (which has a checkpoint), to `path`, streaming the
     checkpoint: the commits are read first (they are small) to know which keys they
     touch, then each checkpoint row group is filtered, compacted (ChunkSink) and written
     as it is read, and the commits' winning adds follow. What deltalog.snapshot's
-    load_snapshot would hold in memory, row for row and chunk for chunk."""
+    load_snapshot would hold in memory, row for row and chunk for chunk (with
+    `typed_stats`, plus typed statistics where the checkpoint has JSON ones only)."""
     checkpoint = segment.checkpoint
     assert checkpoint is not None
     # The in-commit-timestamp setting only decides commit timestamps, not files.
@@ -614,6 +638,13 @@ def _stream(
     touched = won.touched if won is not None else pa.array([], pa.string())
     reader = CheckpointReader(storage, segment.table_root, checkpoint)
     schema = reader.adds_schema
+    typed: pa.StructType | None = None
+    if typed_stats and STATS_PARSED not in schema.names:
+        metadata = next((c.metadata for c in reversed(commits) if c.metadata), None)
+        metadata = metadata or reader.metadata()
+        typed = stats_type(metadata) if metadata is not None else None
+        if typed is not None:
+            schema = schema.append(pa.field(STATS_PARSED, typed))
     new_adds = conform_adds(won.adds, schema) if won is not None and won.adds is not None else None
     null_columns = tuple(
         name
@@ -636,6 +667,8 @@ def _stream(
                 for adds in part.adds:
                     for batch in split_batches(adds.to_batches()):
                         keys = flat(file_keys(batch))
+                        if typed is not None:
+                            batch = _typed(batch, typed)
                         if len(touched):
                             hit = pc.is_in(keys, value_set=touched)
                             if hit.true_count:
@@ -644,6 +677,8 @@ def _stream(
                         sink.push(batch, keys)
             if new_adds is not None:
                 for batch in split_batches(new_adds.to_batches()):
+                    if typed is not None:
+                        batch = _typed(batch, typed)
                     sink.push(batch, flat(file_keys(batch)))
             sink.finish()
         tombstones = FileChunks.build(
@@ -672,6 +707,17 @@ def _stream(
                 commits[-1].in_commit_timestamp if commits else None,
             ),
         )
+
+
+def _typed(batch: pa.RecordBatch, struct: pa.StructType) -> pa.RecordBatch:
+    """`batch` with its `stats_parsed` column (added, or replacing a null one) built from
+    its JSON statistics."""
+    field = pa.field(STATS_PARSED, struct)
+    values = typed_stats(batch.column("stats"), struct)
+    index = batch.schema.get_field_index(STATS_PARSED)
+    if index >= 0:
+        return batch.set_column(index, field, values)
+    return batch.append_column(field, values)
 
 
 def _header(handle: Any, size: int) -> dict[str, Any]:

@@ -353,7 +353,7 @@ def snapshot_store_for(config: ServerConfig) -> SnapshotStore | None:
     directory = config.snapshot_cache_dir
     if directory is None or directory.lower() == SNAPSHOT_CACHE_OFF:
         return None
-    return SnapshotStore(directory, verify=False)
+    return SnapshotStore(directory, verify=False, typed_stats=True)
 
 
 def _cached_event(snapshot: deltalog.Snapshot) -> events.SnapshotResolved:

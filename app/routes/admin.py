@@ -181,7 +181,11 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         assert issued is not None
         log.info("admin: created recipient %s", recipient.name)
         profile = profile_for(
-            issued, recipient.name, _endpoint(request), version=body.profileVersion
+            issued,
+            recipient.name,
+            _endpoint(request),
+            version=body.profileVersion,
+            config=config,
         )
         return JsonResponse(
             {"recipient": recipient_json(recipient), "profile": profile},
@@ -220,7 +224,11 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         )
         recipient = repository.require(name)
         profile = profile_for(
-            issued, recipient.name, _endpoint(request), version=body.profileVersion
+            issued,
+            recipient.name,
+            _endpoint(request),
+            version=body.profileVersion,
+            config=config,
         )
         return JsonResponse({"profile": profile}, headers={"Cache-Control": "no-store"})
 

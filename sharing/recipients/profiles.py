@@ -9,6 +9,7 @@ from typing import Any
 
 from sharing.config import ServerConfig
 from sharing.recipients.model import CredentialType
+from sharing.recipients.oauth.profiles import credential_profile
 from sharing.recipients.repository import IssuedCredential
 
 __all__ = ["endpoint_url", "profile_for"]
@@ -33,7 +34,13 @@ def _iso(ms: int) -> str:
 
 
 def profile_for(
-    issued: IssuedCredential, recipient: str, endpoint: str, *, version: int = 1
+    issued: IssuedCredential,
+    recipient: str,
+    endpoint: str,
+    *,
+    version: int = 1,
+    config: ServerConfig | None = None,
+    private_key_file: str | None = None,
 ) -> dict[str, Any]:
     credential = issued.credential
     expires = credential.ends_at
@@ -53,23 +60,8 @@ def profile_for(
             "username": recipient,
             "password": issued.secret,
         }
-    elif credential.type is CredentialType.OAUTH:
-        profile = {
-            "shareCredentialsVersion": 2,
-            "type": "oauth_client_credentials",
-            "endpoint": endpoint,
-            "tokenEndpoint": endpoint + "oauth/token",
-            "clientId": credential.id,
-            "clientSecret": issued.secret,
-        }
-    else:
-        profile = {
-            "shareCredentialsVersion": 2,
-            "type": "oauth_jwt_bearer_private_key_jwt",
-            "endpoint": endpoint,
-            "tokenEndpoint": endpoint + "oauth/token",
-            "clientId": credential.id,
-            "keyId": credential.key_id,
-            "privateKey": "<the private key matching the registered public key>",
-        }
+    else:  # oauth, private-key-jwt
+        profile = credential_profile(
+            credential, issued.secret, endpoint, config=config, private_key_file=private_key_file
+        )
     return profile

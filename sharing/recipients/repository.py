@@ -28,6 +28,7 @@ from sharing.recipients.names import (
     parse_networks,
     recipient_name,
 )
+from sharing.recipients.oauth.public_keys import InvalidPublicKey, registered_key
 from sharing.store import Store
 from sharing.store import schema as t
 from sharing.store.clock import now_ms
@@ -390,6 +391,10 @@ def issue(
     if kind is CredentialType.PRIVATE_KEY_JWT:
         if not public_key:
             raise InvalidParameter("a private-key-jwt credential needs a public key")
+        try:
+            public_key, key_id = registered_key(public_key, key_id)
+        except InvalidPublicKey as exc:
+            raise InvalidParameter(f"public key: {exc}") from None
         secret, secret_hash = None, None
     elif kind is CredentialType.BASIC:
         secret = new_password()

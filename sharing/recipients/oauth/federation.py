@@ -95,6 +95,7 @@ class JwksCache:
         self._fetched_at: float | None = None
         self._attempted_at: float | None = None
         self.fetches = 0  # how many times the key set was requested (for tests and logs)
+        self.generation = 0  # bumped each time a fetched key set replaces the cached one
 
     def keys_for(self, kid: str | None) -> list[PublicKey]:
         """The keys that may have signed a token with this `kid` (all keys when None)."""
@@ -133,6 +134,7 @@ class JwksCache:
             return
         self._keys = keys
         self._fetched_at = now
+        self.generation += 1
 
     def _load(self) -> dict[str | None, list[PublicKey]]:
         url = self.jwks_url or self._discover()
