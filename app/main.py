@@ -26,6 +26,7 @@ from sharing.query.planner import Planner
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
+from sharing.store.async_queries import StoreQueryStore
 from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
@@ -73,8 +74,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
-        config, app.state.tables, app.state.planner.query_tokens
+        config,
+        app.state.tables,
+        app.state.planner.query_tokens,
+        StoreQueryStore(recipients_store) if recipients_store is not None else None,
     )
     # Routes reach these through the typed dependencies of app/deps.py.
 

@@ -237,6 +237,14 @@ class RequestContextMiddleware:
         response = _Response()
         begin = time.perf_counter()
 
+        finished = False
+
+        def finish() -> None:
+            nonlocal finished
+            if not finished:
+                finished = True
+                self._finished(scope, request_id, response, time.perf_counter() - begin)
+
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = list(message.get("headers", ()))
@@ -244,6 +252,10 @@ class RequestContextMiddleware:
                 response.start(message)
             elif message["type"] == "http.response.body":
                 response.body(message)
+                if not message.get("more_body", False):
+                    # Logged and counted before the last bytes go out: a client that has
+                    # the whole response finds it in the log and the metrics.
+                    finish()
             await send(message)
 
         try:
@@ -264,7 +276,7 @@ class RequestContextMiddleware:
                 # Once the body has started the client can only see a truncated stream.
                 response.aborted = True
         finally:
-            self._finished(scope, request_id, response, time.perf_counter() - begin)
+            finish()
             request_id_var.reset(reset_token)
 
     def _route_template(self, scope: Scope) -> str | None:

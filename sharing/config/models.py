@@ -354,6 +354,18 @@ class AdminConfig(Section):
     token_hash: OptionalText = None
     prefix: Annotated[Text, AfterValidator(lambda v: _endpoint(v))] = "/admin"
 
+    @model_validator(mode="after")
+    def _usable_token(self) -> Self:
+        from sharing.recipients.hashing import is_token_hash
+
+        if self.token and len(self.token) < 16:
+            raise Problem("'token' must be at least 16 characters", named=False)
+        if self.token_hash and not is_token_hash(self.token_hash):
+            raise Problem("'tokenHash' must be 'sha256:' and 64 hex digits", named=False)
+        if self.token and self.token_hash:
+            raise Problem("give one of 'token' or 'tokenHash', not both", named=False)
+        return self
+
 
 # --- settings of the whole server -----------------------------------------------------------
 
@@ -510,6 +522,21 @@ class ServerConfig(Section):
 
     @model_validator(mode="after")
     def _grants_name_shares(self) -> Self:
+        if (
+            self.admin is not None
+            and self.admin.token
+            and self.authorization is not None
+            and self.admin.token == self.authorization.bearer_token
+        ):
+            raise ConfigError(
+                "the admin token must not be a recipient credential ('authorization.bearerToken')",
+                "admin.token",
+            )
+        if self.admin is not None and self.admin.prefix.rstrip("/") in (
+            self.endpoint,
+            "",
+        ):
+            raise ConfigError("the admin prefix must differ from 'endpoint'", "admin.prefix")
         known = {share.name.lower() for share in self.shares}
         for recipient in self.recipients:
             for share in recipient.shares:

@@ -356,12 +356,22 @@ def pending_capabilities(caps: Capabilities) -> str:
 
 
 def build_service(
-    config: ServerConfig, tables: TableService, tokens: QueryTokens
+    config: ServerConfig,
+    tables: TableService,
+    tokens: QueryTokens,
+    shared_store: QueryStore | None = None,
 ) -> AsyncQueryService:
-    """The service for a server config: sqlite under `asyncQueryStateDir` (shared by the
-    worker processes that use the same directory), in memory without one."""
+    """The service for a server config: sqlite under `asyncQueryStateDir` when it is set
+    (shared by the worker processes that use the same directory), else `shared_store` (the
+    state store's table: a query started on one replica is polled on another), else in
+    memory."""
+    store: QueryStore
+    if config.async_query_state_dir or shared_store is None:
+        store = SqliteQueryStore(config.async_query_state_dir)
+    else:
+        store = shared_store
     return AsyncQueryService(
-        SqliteQueryStore(config.async_query_state_dir),
+        store,
         tables=tables,
         tokens=tokens,
         ttl_ms=config.async_query_ttl_seconds * 1000,

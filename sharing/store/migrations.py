@@ -49,9 +49,16 @@ def _oauth_jtis(connection: Connection) -> None:
     create_tables(connection)
 
 
+def _async_queries(connection: Connection) -> None:
+    from sharing.store.async_queries import create_tables
+
+    create_tables(connection)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
+    Migration("0003_async_queries", _async_queries),  # sharing/store/async_queries.py
 ]
 
 

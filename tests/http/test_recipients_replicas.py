@@ -1,10 +1,11 @@
 """Two `lakeshare serve` processes on one store (PostgreSQL from the machine's binaries, and
 one SQLite file): a recipient created through one replica's admin API is usable on the
 other; a revocation made on one is enforced on the other within the documented delay
-(`store.cacheSeconds`)."""
+(`store.cacheSeconds`); an async query started on one is polled on the other."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -114,6 +115,25 @@ def test_created_on_one_replica_usable_on_the_other_and_revocation_propagates(
     while httpx.get(f"{other}/delta-sharing/shares").status_code != 401:
         assert time.monotonic() < deadline + 30, "anonymous access did not end"
         time.sleep(0.2)
+
+    # An async query started on one replica is answered on the other (state on the store).
+    table = "/delta-sharing/shares/sales/schemas/d/tables/t"
+    caps = {**auth, "delta-sharing-capabilities": "responseformat=parquet;asyncquery=true"}
+    body = {"idempotency_key": "replica-test"}
+    started_query = httpx.post(f"{one}{table}/query", headers=caps, json=body)
+    assert started_query.status_code == 200, started_query.text
+    query_id = json.loads(started_query.text.split("\n", 1)[0])["queryStatus"]["queryId"]
+    while True:
+        polled = httpx.post(
+            f"{other}{table}/queries/{query_id}", headers=caps, json={"queryId": query_id}
+        )
+        assert polled.status_code == 200, polled.text
+        if "queryStatus" not in polled.text.split("\n", 1)[0]:
+            break
+        assert time.monotonic() < deadline + 60, "the async query was never answered"
+        time.sleep(0.1)
+    lines = [json.loads(line) for line in polled.text.splitlines() if line]
+    assert "protocol" in lines[0] and any("file" in line for line in lines)
 
     revoked = httpx.post(f"{one}/admin/recipients/acme/revoke", headers=admin, json={})
     assert revoked.status_code == 200

@@ -312,3 +312,19 @@ def test_configuration_recipients_are_validated(recipient: dict[str, object], me
 
     with pytest.raises(ConfigError, match=message):
         make_config({**SHARES, "recipients": [recipient]})
+
+
+@pytest.mark.parametrize(
+    ("admin", "message"),
+    [
+        ({"token": "short"}, "at least 16"),
+        ({"tokenHash": "sha1:abc"}, "sha256"),
+        ({"token": TEST_BEARER_TOKEN}, "must not be a recipient credential"),
+        ({"token": "x" * 20, "prefix": "/delta-sharing"}, "must differ"),
+    ],
+)
+def test_admin_configuration_is_validated(admin: dict[str, str], message: str) -> None:
+    from sharing.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        make_config({**SHARES, "admin": admin})

@@ -1,0 +1,140 @@
+"""The async-query state on the state store (SQLite or PostgreSQL), so a query started on
+one replica is polled on another. Implements `sharing.query.async_store.QueryStore` with
+SQLAlchemy Core: each operation is one transaction; `insert_or_get` inserts inside a
+savepoint and, when another process inserted the same (table, idempotency key) first,
+returns that one — atomic on both dialects without dialect-specific upserts."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    and_,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from sharing.query.async_store import FAILED, PENDING, READY, StoredQuery
+from sharing.store.schema import metadata
+from sharing.store.store import Store
+
+__all__ = ["StoreQueryStore", "async_queries", "create_tables"]
+
+async_queries = Table(
+    "async_queries",
+    metadata,
+    Column("query_id", String(100), primary_key=True),
+    Column("table_id", String(255), nullable=False),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("fingerprint", String(255), nullable=False),
+    Column("request", Text, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("lease_until_ms", BigInteger, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("pin", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    UniqueConstraint("table_id", "idempotency_key", name="async_queries_key"),
+)
+Index("async_queries_expiry", async_queries.c.expires_ms)
+
+_FIELDS = (
+    "query_id",
+    "table_id",
+    "idempotency_key",
+    "fingerprint",
+    "request",
+    "created_ms",
+    "expires_ms",
+    "lease_until_ms",
+    "status",
+    "pin",
+    "error",
+)
+
+
+def create_tables(connection: Connection) -> None:
+    async_queries.create(connection)
+
+
+def _stored(row: object) -> StoredQuery:
+    mapping = row._mapping  # type: ignore[attr-defined]
+    return StoredQuery(**{name: mapping[name] for name in _FIELDS})
+
+
+class StoreQueryStore:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def close(self) -> None:
+        """The store belongs to the server's recipients runtime, which closes it."""
+
+    def insert_or_get(self, query: StoredQuery, now_ms: int) -> StoredQuery:
+        t = async_queries
+        with self._store.write() as connection:
+            connection.execute(delete(t).where(t.c.expires_ms <= now_ms))
+            try:
+                with connection.begin_nested():
+                    connection.execute(
+                        insert(t).values(**{name: getattr(query, name) for name in _FIELDS})
+                    )
+            except IntegrityError:
+                pass  # a live query with this key exists (possibly inserted just now)
+            row = connection.execute(
+                select(t).where(
+                    and_(
+                        t.c.table_id == query.table_id, t.c.idempotency_key == query.idempotency_key
+                    )
+                )
+            ).first()
+        assert row is not None
+        return _stored(row)
+
+    def get(self, query_id: str, now_ms: int) -> StoredQuery | None:
+        t = async_queries
+        with self._store.read() as connection:
+            row = connection.execute(
+                select(t).where(and_(t.c.query_id == query_id, t.c.expires_ms > now_ms))
+            ).first()
+        return None if row is None else _stored(row)
+
+    def claim(self, query_id: str, now_ms: int, lease_until_ms: int) -> bool:
+        t = async_queries
+        with self._store.write() as connection:
+            result = connection.execute(
+                update(t)
+                .where(
+                    and_(
+                        t.c.query_id == query_id,
+                        t.c.status == PENDING,
+                        t.c.lease_until_ms <= now_ms,
+                        t.c.expires_ms > now_ms,
+                    )
+                )
+                .values(lease_until_ms=lease_until_ms)
+            )
+        return result.rowcount == 1
+
+    def finish(self, query_id: str, pin: str) -> None:
+        self._settle(query_id, status=READY, pin=pin)
+
+    def fail(self, query_id: str, error: str) -> None:
+        self._settle(query_id, status=FAILED, error=error)
+
+    def _settle(self, query_id: str, **values: str) -> None:
+        t = async_queries
+        with self._store.write() as connection:
+            connection.execute(
+                update(t)
+                .where(and_(t.c.query_id == query_id, t.c.status == PENDING))
+                .values(**values)
+            )
