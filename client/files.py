@@ -79,7 +79,8 @@ class UrlFiles:
         return url
 
     def register_dv(self, url: str) -> None:
-        self._urls[resolve_key(self, "", url)] = url
+        # resolve_key uses only `join`; URL files have no storage kind to declare.
+        self._urls[resolve_key(self, "", url)] = url  # type: ignore[arg-type]
 
     def _get(self, key: str, headers: Mapping[str, str] | None = None) -> bytes:
         url = self._urls.get(key, key)

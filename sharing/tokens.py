@@ -125,4 +125,5 @@ class TokenCodec:
                 raise InvalidToken("malformed token expiry")
             if self._clock_ms() >= expires:
                 raise ExpiredToken("token expired")
-        return envelope["p"]
+        payload: dict[str, Any] = envelope["p"]
+        return payload

@@ -194,7 +194,7 @@ class ReadOptions:
             or (os.cpu_count() or 1),
             read_concurrency=_int(o, "readconcurrency", "readConcurrency", minimum=1)
             or DEFAULT_READ_CONCURRENCY,
-            max_retries=_int(o, "maxretries", "maxRetries", minimum=0) if "maxretries" in o else 5,
+            max_retries=_int_or(o, "maxretries", "maxRetries", minimum=0, default=5),
             timeout_seconds=_duration(o, "timeout", "timeout", default=320.0),
         )
 
@@ -206,6 +206,12 @@ def _bool(o: Mapping[str, str], key: str, name: str) -> bool:
     if value not in ("true", "false"):
         raise _invalid(name, o[key], "must be 'true' or 'false'")
     return value == "true"
+
+
+def _int_or(o: Mapping[str, str], key: str, name: str, *, minimum: int, default: int) -> int:
+    """`_int`, or `default` when the option is absent (0 is a value, not an absence)."""
+    value = _int(o, key, name, minimum=minimum)
+    return default if value is None else value
 
 
 def _int(o: Mapping[str, str], key: str, name: str, *, minimum: int) -> int | None:

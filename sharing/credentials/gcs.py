@@ -72,7 +72,7 @@ def _load_source(storage: GcsStorage) -> Any:
     info = storage.service_account_info
     if info is not None:
         try:
-            return service_account.Credentials.from_service_account_info(
+            return service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]  # google-auth ships no annotations here
                 info, scopes=[CLOUD_PLATFORM]
             )
         except (ValueError, KeyError) as exc:
@@ -137,7 +137,8 @@ def vend(
     try:
         if not source.valid:
             source.refresh(request)
-        response: dict[str, Any] = sts.Client(STS_TOKEN_URL).exchange_token(
+        client = sts.Client(STS_TOKEN_URL)  # type: ignore[no-untyped-call]  # google-auth's sts module is unannotated
+        response: dict[str, Any] = client.exchange_token(  # type: ignore[no-untyped-call]  # same
             request=request,
             grant_type=_TOKEN_EXCHANGE,
             subject_token=source.token,

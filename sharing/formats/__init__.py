@@ -9,6 +9,7 @@ column-wise string kernels (see `jsoncols`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 import numpy as np
@@ -21,16 +22,26 @@ from deltalog.actions import Protocol as DeltaProtocol
 from deltalog.paths import resolve_key
 from deltalog.storage.base import Storage
 from sharing.errors import InvalidParameter
-from sharing.formats.ids import ID_HASHES, compute_ids, id_column
+from sharing.formats.ids import ID_HASHES, IdScheme, compute_ids, id_column
 from sharing.presign.base import Signer
 
 FILE_ID_HASH_HEADER = "fileidhash"
-FILE, ADD, REMOVE = "file", "add", "remove"
-CDC = "cdf"  # change data files of a change data feed (the `cdc` action of the log)
+
+
+class ActionKind(StrEnum):
+    """The kind of a file line: the key under which a response carries the file."""
+
+    FILE = "file"  # a snapshot's file
+    ADD = "add"  # added by a commit of a range
+    REMOVE = "remove"  # removed by a commit of a range
+    CDC = "cdf"  # change data files of a change data feed (the `cdc` action of the log)
+
+
+FILE, ADD, REMOVE, CDC = ActionKind.FILE, ActionKind.ADD, ActionKind.REMOVE, ActionKind.CDC
 _ABSOLUTE_OR_ENCODED = r"%|^/|^[A-Za-z][A-Za-z0-9+.\-]+:"
 
 
-def parse_file_id_hash(header: str | None) -> str | None:
+def parse_file_id_hash(header: str | None) -> IdScheme | None:
     """The id scheme a `fileidhash` header asks for (`parquet` or `delta`), or None when
     the header is absent; anything else is a 400 quoting the raw value."""
     if header is None:
@@ -38,7 +49,7 @@ def parse_file_id_hash(header: str | None) -> str | None:
     value = header.strip().lower()
     if value not in ID_HASHES:
         raise InvalidParameter(f"Unsupported fileidhash: '{header}'. Supported: parquet, delta")
-    return value
+    return IdScheme(value)
 
 
 @dataclass(frozen=True)
@@ -117,7 +128,8 @@ def storage_keys(paths: pa.Array, storage: Storage, table_root: str) -> list[str
     percent-encoded or absolute ones are resolved one by one."""
     prefix = storage.join(table_root, "")
     # to_numpy(...).tolist() makes the Python strings ~6x faster than to_pylist().
-    keys = pc.binary_join_element_wise(prefix, paths, "").to_numpy(zero_copy_only=False).tolist()
+    joined = pc.binary_join_element_wise(prefix, paths, "")
+    keys: list[str] = joined.to_numpy(zero_copy_only=False).tolist()
     if _plainly_relative(paths):
         return keys
     special = pc.match_substring_regex(paths, _ABSOLUTE_OR_ENCODED)

@@ -22,14 +22,24 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+
+class IdScheme(StrEnum):
+    """How a file's `id` is made: the reference hashes the path with md5 in the parquet
+    format and with sha256 in the delta format (`fileidhash` may ask for either)."""
+
+    PARQUET = "parquet"
+    DELTA = "delta"
+
+
 ID_HASHES: dict[str, Callable[..., Any]] = {
-    "parquet": hashlib.md5,
-    "delta": hashlib.sha256,
+    IdScheme.PARQUET: hashlib.md5,
+    IdScheme.DELTA: hashlib.sha256,
 }
 _ID_COLUMN_PREFIX = "__lakeshare_file_id_"
 # Two hex digits per byte value, so a whole digest buffer is hex-encoded with one take.

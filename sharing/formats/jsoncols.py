@@ -9,13 +9,14 @@ them null (see `concat` with `skip_null_pieces`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-Piece = pa.Array | str
+Piece: TypeAlias = pa.Array | str
 
 
 def json_string(values: pa.Array) -> pa.Array:
@@ -111,4 +112,5 @@ def lines_to_bytes(lines: pa.Array) -> bytes:
     )
     start = offsets[0].as_py()
     end = offsets[-1].as_py()
-    return data_buf[start:end].to_pybytes()
+    text: bytes = data_buf[start:end].to_pybytes()
+    return text

@@ -90,7 +90,7 @@ class AsyncQueryFailed(SharingError):
     def from_stored(cls, stored: StoredQuery) -> AsyncQueryFailed:
         return cls(stored.query_id, orjson.loads(stored.error or "{}"))
 
-    def body(self) -> dict[str, Any]:  # type: ignore[override]
+    def body(self) -> dict[str, Any]:
         return {
             **super().body(),
             "queryStatus": {
@@ -130,7 +130,7 @@ def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
     fields = dict(data["request"])
     fields["predicate_hints"] = tuple(fields["predicate_hints"])
     caps = Capabilities(
-        response_formats=tuple(data["formats"]),
+        response_formats=tuple(capabilities.ResponseFormat(f) for f in data["formats"]),
         reader_features=frozenset(data["features"]),
         include_end_stream_action=bool(data["endStream"]),
         async_query=True,

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 
@@ -96,7 +97,7 @@ def formatted(
             if depth:
                 pending.append(_shared_pool().submit(writer.file_lines, *args))
             else:
-                pending.append(lambda args=args: writer.file_lines(*args))
+                pending.append(partial(writer.file_lines, *args))
 
     try:
         while True:

@@ -9,14 +9,23 @@ to clients that declare they can read those features.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from deltalog.actions import Metadata, Protocol
 from sharing.errors import InvalidParameter, UnsupportedOperation
 
 HEADER = "delta-sharing-capabilities"
-PARQUET = "parquet"
-DELTA = "delta"
-FORMATS = (PARQUET, DELTA)
+
+
+class ResponseFormat(StrEnum):
+    """How file actions are written: the reference's parquet lines, or Delta actions."""
+
+    PARQUET = "parquet"
+    DELTA = "delta"
+
+
+PARQUET, DELTA = ResponseFormat.PARQUET, ResponseFormat.DELTA
+FORMATS = tuple(ResponseFormat)
 
 DELETION_VECTORS = "deletionvectors"
 COLUMN_MAPPING = "columnmapping"
@@ -27,7 +36,7 @@ _FEATURE_NAMES = {DELETION_VECTORS: "deletion vectors", COLUMN_MAPPING: "column 
 class Capabilities:
     """A parsed request header. `response_formats` is empty when the client named none."""
 
-    response_formats: tuple[str, ...] = ()
+    response_formats: tuple[ResponseFormat, ...] = ()
     reader_features: frozenset[str] = frozenset()
     include_end_stream_action: bool = False
     async_query: bool = False
@@ -44,7 +53,7 @@ def parse(header: str | None) -> Capabilities:
         if not key or not sep:
             continue
         values.setdefault(key, []).extend(v.strip() for v in raw.split(",") if v.strip())
-    formats: list[str] = []
+    formats: list[ResponseFormat] = []
     if "responseformat" in values:
         requested = values["responseformat"]
         unknown = [f for f in requested if f not in FORMATS]
@@ -52,7 +61,7 @@ def parse(header: str | None) -> Capabilities:
             raise InvalidParameter(
                 f"Unsupported responseformat: '{','.join(requested)}'. Supported: parquet, delta"
             )
-        formats = list(dict.fromkeys(requested))
+        formats = [ResponseFormat(f) for f in dict.fromkeys(requested)]
     return Capabilities(
         response_formats=tuple(formats),
         reader_features=frozenset(values.get("readerfeatures", ())),
@@ -62,7 +71,7 @@ def parse(header: str | None) -> Capabilities:
 
 
 def _flag(values: list[str] | None) -> bool:
-    return bool(values) and values[-1] == "true"
+    return values is not None and bool(values) and values[-1] == "true"
 
 
 def required_features(protocol: Protocol, metadata: Metadata) -> list[str]:
@@ -76,7 +85,7 @@ def required_features(protocol: Protocol, metadata: Metadata) -> list[str]:
     return needed
 
 
-def choose_format(caps: Capabilities, protocol: Protocol, metadata: Metadata) -> str:
+def choose_format(caps: Capabilities, protocol: Protocol, metadata: Metadata) -> ResponseFormat:
     """The response format for this table and request, or UnsupportedOperation when the
     client cannot read the table in any format it asked for."""
     requested = caps.response_formats or (PARQUET,)

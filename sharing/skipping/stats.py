@@ -23,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -95,7 +96,7 @@ def parse_stats(stats: pa.Array, requests: Sequence[StatsRequest]) -> FileStats:
 
 def _read_schema(requests: Sequence[StatsRequest]) -> pa.Schema:
     def nested(leaf_type: pa.DataType) -> pa.StructType:
-        tree: dict = {}
+        tree: dict[str, Any] = {}
         for path, json_type, _ in requests:
             node = tree
             for part in path[:-1]:
@@ -116,7 +117,7 @@ def _read_schema(requests: Sequence[StatsRequest]) -> pa.Schema:
     )
 
 
-def _struct_of(tree: dict) -> pa.StructType:
+def _struct_of(tree: dict[str, Any]) -> pa.StructType:
     return pa.struct(
         [
             pa.field(name, _struct_of(value) if isinstance(value, dict) else value)
@@ -183,7 +184,7 @@ def _null_table(schema: pa.Schema, n: int) -> pa.Table:
 def _parse_rows(group: pa.Array, schema: pa.Schema) -> pa.Table:
     """The slow, tolerant path: orjson per row, values of the wrong JSON type become null."""
     num_records: list[object] = []
-    values: dict[str, list[dict]] = {"minValues": [], "maxValues": [], "nullCount": []}
+    values: dict[str, list[dict[str, Any]]] = {"minValues": [], "maxValues": [], "nullCount": []}
     for text in group.to_pylist():
         try:
             doc = orjson.loads(text) if text else None
@@ -202,7 +203,7 @@ def _parse_rows(group: pa.Array, schema: pa.Schema) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def _conform(section: dict, struct_type: pa.StructType) -> dict:
+def _conform(section: dict[str, Any], struct_type: pa.StructType) -> dict[str, Any]:
     out: dict[str, object] = {}
     for field in struct_type:
         value = section.get(field.name)
@@ -424,7 +425,7 @@ def _sliced(entry: _Entry, wanted: list[StatsRequest], start: int, n: int) -> Fi
 
 
 def _covers(cached: pa.Array, chunk: pa.Array) -> bool:
-    return (
+    return bool(
         cached.offset <= chunk.offset
         and chunk.offset + len(chunk) <= cached.offset + len(cached)
         and cached.type == chunk.type
