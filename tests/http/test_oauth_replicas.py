@@ -21,22 +21,13 @@ import pytest
 from app.cli import main as lakeshare
 from tests.http.oauth_support import write_config
 from tests.support import REPO_ROOT
-from tests.support.postgres import fresh_database, postgres_available, postgres_server
+from tests.support.postgres import fresh_database
 from tests.support.processes import free_port, stop, wait_http
 from tests.support.requirements import require
 
 pytestmark = pytest.mark.slow
 
 ISSUER = "https://sharing.example.com/delta-sharing"
-
-
-@pytest.fixture(scope="module")
-def postgres_base() -> Iterator[str | None]:
-    if not postgres_available():
-        yield None
-        return
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

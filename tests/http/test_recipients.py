@@ -20,22 +20,13 @@ import yaml
 from app.cli import main as cli
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
-from tests.support.postgres import fresh_database, postgres_available, postgres_server
+from tests.support.postgres import fresh_database
 from tests.support.requirements import require
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
 PARTITIONED = CORPUS / "levi/dat/basic_partitioned/delta"
 JSON_TYPE = "application/json; charset=utf-8"
-
-
-@pytest.fixture(scope="module")
-def postgres_base() -> Iterator[str | None]:
-    if not postgres_available():
-        yield None
-        return
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

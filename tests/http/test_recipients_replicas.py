@@ -20,7 +20,7 @@ import yaml
 from sharing.recipients.hashing import hash_token
 from tests.support import REPO_ROOT
 from tests.support.corpus import CORPUS
-from tests.support.postgres import fresh_database, postgres_available, postgres_server
+from tests.support.postgres import fresh_database
 from tests.support.processes import free_port, stop, wait_http
 from tests.support.requirements import require
 from tests.support.server import TEST_SIGNING_SECRET
@@ -29,15 +29,6 @@ pytestmark = pytest.mark.slow
 
 ADMIN_TOKEN = "replica-admin-token-0123456789"
 CACHE_SECONDS = 1
-
-
-@pytest.fixture(scope="module")
-def postgres_base() -> Iterator[str | None]:
-    if not postgres_available():
-        yield None
-        return
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["fresh_database", "postgres_available", "postgres_server"]
+import pytest
+
+__all__ = ["fresh_database", "postgres_available", "postgres_base", "postgres_server"]
 
 _DEBIAN_BIN = Path("/usr/lib/postgresql")
 
@@ -102,3 +104,14 @@ def fresh_database(base_url: str) -> str:
                 raise
             time.sleep(0.1)
     return f"{base_url}/{name}"
+
+
+@pytest.fixture(scope="session")
+def postgres_base() -> Iterator[str | None]:
+    """One PostgreSQL cluster for the whole run (each test takes a `fresh_database`), or
+    None when the machine has no PostgreSQL binaries (tests then call `require`)."""
+    if not postgres_available():
+        yield None
+        return
+    with postgres_server() as url:
+        yield url

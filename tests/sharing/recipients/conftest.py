@@ -10,17 +10,8 @@ from pathlib import Path
 import pytest
 
 from sharing.store import Store, open_store
-from tests.support.postgres import fresh_database, postgres_available, postgres_server
+from tests.support.postgres import fresh_database
 from tests.support.requirements import require
-
-
-@pytest.fixture(scope="session")
-def postgres_base() -> Iterator[str | None]:
-    if not postgres_available():
-        yield None
-        return
-    with postgres_server() as url:
-        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
