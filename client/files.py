@@ -21,6 +21,7 @@ from pyroaring import BitMap64
 
 from client.actions import DELETE, INSERT, FileAction, TableMetadata, TableProtocol
 from client.errors import FileAccessError
+from deltalog import StorageError
 from deltalog.deletion_vectors import (
     DeletionVectorDescriptor,
     bitmap_to_numpy,
@@ -115,7 +116,7 @@ class UrlFiles:
         return FileInfo(key=key, size=size, modification_time=0)
 
     def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
-        raise NotImplementedError("pre-signed URLs cannot be listed")
+        raise StorageError("pre-signed URLs name single files; they cannot be listed")
 
     def join(self, root: str, relative: str) -> str:
         return f"{root.rstrip('/')}/{relative.lstrip('/')}"

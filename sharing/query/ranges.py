@@ -11,6 +11,7 @@ page's parts of the commits, and the token of the next page.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, Protocol, TypeVar
@@ -50,23 +51,24 @@ class RangeCommit(Protocol):
 C = TypeVar("C", bound=RangeCommit)
 
 
-class RangeKind(Generic[C]):
-    """The hooks of one kind of range query; the defaults are the streaming behaviour."""
+class RangeKind(ABC, Generic[C]):
+    """The hooks of one kind of range query: `read`, `groups` and `check` are each kind's
+    own; the other hooks default to the streaming behaviour."""
 
+    @abstractmethod
     def read(self, tables: TableService, shared: SharedTable, first: int, last: int) -> list[C]:
         """The commits `first..last` (inclusive) as this kind sends them."""
-        raise NotImplementedError
 
+    @abstractmethod
     def groups(self, commit: C) -> Sequence[tuple[pa.Table, str]]:
         """The commit's file actions in the order a page counts them, with their action."""
-        raise NotImplementedError
 
+    @abstractmethod
     def check(
         self, commits: Sequence[C], caps: Capabilities, before: Snapshot, chosen: str
     ) -> None:
         """Raise the client's error when the range cannot be read in `chosen` (caps has
         `chosen` as its only format)."""
-        raise NotImplementedError
 
     def delivered(self, metadata: Metadata, chosen: str) -> Metadata:
         """The metadata as the response sends it."""
