@@ -4,6 +4,7 @@ bytes actually sent. Runs on SQLite and on a real PostgreSQL."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -23,8 +24,8 @@ from app.cli import main as cli
 from sharing.config import load_config
 from sharing.recipients.hashing import hash_token
 from tests.support.corpus import CORPUS
-from tests.support.postgres import fresh_database
-from tests.support.requirements import require
+from tests.support.postgres import store_url
+from tests.support.recipients import create_recipient, recipients_cli
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
@@ -64,10 +65,9 @@ def config_file(request: pytest.FixtureRequest, tmp_path: Path, big_table: Path)
             }
         ],
     }
-    if request.param == "postgresql":
-        base = request.getfixturevalue("postgres_base")
-        require(base is not None, "PostgreSQL binaries (initdb, pg_ctl) and psycopg")
-        document["store"]["url"] = fresh_database(base)
+    url = store_url(request, request.param, sqlite_file=None)
+    if url is not None:
+        document["store"]["url"] = url
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     return path
@@ -82,25 +82,7 @@ def server(config_file: Path, tmp_path: Path) -> Iterator[RunningServer]:
 def _create(
     config_file: Path, server: RunningServer, name: str, out: Path, *extra: str
 ) -> dict[str, Any]:
-    code = cli(
-        [
-            "recipients",
-            "create",
-            name,
-            "--config",
-            str(config_file),
-            "--share",
-            "sales",
-            "--profile-out",
-            str(out),
-            "--endpoint",
-            server.base_url + "/",
-            *extra,
-        ]
-    )
-    assert code == 0
-    profile: dict[str, Any] = json.loads(out.read_text())
-    return profile
+    return create_recipient(config_file, server.base_url, name, "--share", "sales", *extra, out=out)
 
 
 def _audit(
@@ -271,9 +253,10 @@ def test_refused_authentications_are_audited_with_their_reason(
     with run_server(load_config(config_file), tmp_path / "srv") as server:
         make = {n: _create(config_file, server, n, tmp_path / f"{n}.share") for n in "abcd"}
         tokens = {n: p["bearerToken"] for n, p in make.items()}
+        _create(config_file, server, "e", tmp_path / "e.share", "--type", "basic")
         ids = {n: t.split("_")[1] for n, t in tokens.items()}
-        assert _cli(config_file, "revoke", "b") == 0
-        assert _cli(config_file, "disable", "c") == 0
+        assert recipients_cli(config_file, "revoke", "b") == 0
+        assert recipients_cli(config_file, "disable", "c") == 0
         wrong_secret = tokens["d"][:-4] + ("AAAA" if not tokens["d"].endswith("AAAA") else "BBBB")
         url = _file_urls(server, {"Authorization": f"Bearer {tokens['a']}"}, "t")[0]["url"]
         shares = server.url("/shares")
@@ -285,6 +268,8 @@ def test_refused_authentications_are_audited_with_their_reason(
             (f"Bearer {tokens['c']}", 403),
             (f"Bearer {OLD_TOKEN}", 403),
             (f"Bearer {FENCED_TOKEN}", 403),
+            ("Basic " + base64.b64encode(b"e:wrong-password").decode(), 401),
+            ("Basic " + base64.b64encode(b"nobody:wrong-password").decode(), 401),
         ]
         for header, status in attempts:
             headers = {"User-Agent": "refused/1", **({"Authorization": header} if header else {})}
@@ -307,6 +292,8 @@ def test_refused_authentications_are_audited_with_their_reason(
         ("c", ids["c"], 403, "recipient_disabled"),
         ("old", "config-old-0", 403, "recipient_expired"),
         ("fenced", "config-fenced-0", 403, "address_not_allowed"),
+        ("e", None, 401, "invalid_credentials"),
+        (None, None, 401, "invalid_credentials"),
         ("b", ids["a"], 403, "url_signature_invalid"),
     ]
     assert all(e["client"] == "127.0.0.1" and e["user_agent"] == "refused/1" for e in failed)
@@ -314,7 +301,7 @@ def test_refused_authentications_are_audited_with_their_reason(
     assert failed[-1]["operation"] == "serve_file" and "bytes" not in failed[-1]
     text = json.dumps(failed)
     assert all(secret not in text for secret in [*tokens.values(), OLD_TOKEN, FENCED_TOKEN])
-    assert "sig=" not in text and wrong_secret not in text
+    assert "sig=" not in text and wrong_secret not in text and "wrong-password" not in text
     # The served requests (the query above) are not among the failed ones, but are recorded.
     everything = _audit(config_file, capsys, lambda e: True)
     assert any(e["operation"] == "query_table" and "reason" not in e for e in everything)
@@ -336,10 +323,6 @@ def test_refusals_recorded_per_address_are_bounded(
     assert "lakeshare_audit_refusals_unrecorded_total 7.0" in metrics
 
 
-def _cli(config_file: Path, *args: str) -> int:
-    return cli(["recipients", args[0], *args[1:], "--config", str(config_file)])
-
-
 def test_failed_logins_at_the_token_endpoint_are_audited(
     config_file: Path, server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -350,7 +333,7 @@ def test_failed_logins_at_the_token_endpoint_are_audited(
     assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
     ok = httpx.post(endpoint, data=form, auth=(client_id, profile["clientSecret"]))
     assert ok.status_code == 200
-    assert _cli(config_file, "disable", "acme") == 0
+    assert recipients_cli(config_file, "disable", "acme") == 0
     refused = httpx.post(endpoint, data=form, auth=(client_id, profile["clientSecret"]))
     assert refused.status_code == 400 and refused.json()["error"] == "unauthorized_client"
     failed = _audit(config_file, capsys, lambda e: len(e) >= 2, "--failed")
