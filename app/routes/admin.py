@@ -95,6 +95,10 @@ def _require_admin(request: Request) -> None:
         refused(request, Refusal(Reason.INVALID_CREDENTIALS))
         raise Challenge("The admin token is invalid.", f'{_REALM}, error="invalid_token"')
     attribute_to(request, ADMIN_RECIPIENT, None)  # the audit trail records admin operations
+    route = request.scope.get("route")
+    target = request.path_params.get("name")
+    if target is not None:  # the audit record has no column for the recipient acted on
+        log.info("admin: %s %s", getattr(route, "name", request.method), str(target)[:64])
 
 
 Repository = Annotated[RecipientRepository, Depends(_repository)]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -137,7 +138,9 @@ def test_admin_api_needs_the_admin_token_and_recipient_tokens_do_not_work(
     assert httpx.get(server.url("/shares"), headers=ADMIN).status_code == 401
 
 
-def test_admin_requests_and_refused_admin_logins_are_audited(server: RunningServer) -> None:
+def test_admin_requests_and_refused_admin_logins_are_audited(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
     assert httpx.get(_admin_url(server, "/recipients")).status_code == 401
     wrong = {"Authorization": f"Bearer {TEST_BEARER_TOKEN}"}
     assert httpx.get(_admin_url(server, "/recipients"), headers=wrong).status_code == 401
@@ -157,6 +160,9 @@ def test_admin_requests_and_refused_admin_logins_are_audited(server: RunningServ
     (done,) = [r for r in records if r["status"] == 200]
     assert done["recipient"] == "_admin" and done["operation"] == "list_recipients"
     assert TEST_BEARER_TOKEN not in json.dumps(records) and ADMIN_TOKEN not in json.dumps(records)
+    with caplog.at_level(logging.INFO, logger="lakeshare.admin"):
+        httpx.post(_admin_url(server, "/recipients/nobody/disable"), headers=ADMIN)
+    assert "admin: disable nobody" in caplog.messages  # names whom an operation acted on
 
 
 def test_admin_api_is_described_in_its_openapi_schema(server: RunningServer) -> None:
