@@ -42,7 +42,7 @@ router = APIRouter()
 _TABLE = "/shares/{share}/schemas/{schema}/tables/{table}"
 
 
-def _metadata_version(version: Annotated[str | None, Query()] = None) -> int | None:
+async def _metadata_version(version: Annotated[str | None, Query()] = None) -> int | None:
     return metadata_version(version)
 
 
