@@ -2,11 +2,15 @@
 
 A pure ASGI middleware: it watches the response (status, `Delta-Table-Version`, the NDJSON
 lines of a query or change feed — lines after the protocol and metadata lines are files or
-actions) and, once the body is complete, hands an `AuditEvent` to the store writer (batched,
-off the request path) and to the `lakeshare.audit` JSON log. Requests that were not
-authenticated (no principal on `request.state`, e.g. 401s, health, signed file URLs) leave
-no record. Nothing secret is recorded: the path parameters are names, the query string and
-headers other than the user agent are not read.
+actions, and the body bytes the connection took) and, once the response is over, hands an
+`AuditEvent` to the store writer (batched, off the request path) and to the
+`lakeshare.audit` JSON log. Body bytes count once the server has handed them to the
+connection and the client had not gone away, so a range request or an aborted download
+counts what was sent, not the file's size. Signed file downloads are attributed to the
+recipient the URL was signed for (`attribute_to`). Requests with no principal on
+`request.state` (health, metrics, refused requests) leave no record here. Nothing secret is
+recorded: the path parameters are names, the query string and headers other than the user
+agent are not read.
 """
 
 from __future__ import annotations
@@ -14,17 +18,27 @@ from __future__ import annotations
 import logging
 import time
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sharing.recipients.audit import AuditEvent
 from sharing.recipients.model import Principal
 
-__all__ = ["AuditMiddleware"]
+__all__ = ["AuditMiddleware", "attribute_to"]
 
 log = logging.getLogger("lakeshare.audit")
 
 _NDJSON = b"application/x-ndjson"
 _HEADER_LINES = 2  # protocol and metadata lines precede the files of a query response
+_NO_SHARES: frozenset[str] = frozenset()
+
+
+def attribute_to(request: Request, recipient: str, credential_id: str | None) -> None:
+    """Make a request that was authorised by other means than a credential (a signed file
+    URL) the recipient's: its audit record and access-log line name them. Opens nothing:
+    the principal has no shares."""
+    request.state.principal = Principal(recipient, credential_id, _NO_SHARES)
+    request.state.recipient = recipient
 
 
 class AuditMiddleware:
@@ -40,6 +54,14 @@ class AuditMiddleware:
         ndjson = False
         lines = 0
         size = 0
+        gone = False
+
+        async def listen() -> Message:
+            nonlocal gone
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone = True
+            return message
 
         async def watch(message: Message) -> None:
             nonlocal status, version, ndjson, lines, size
@@ -52,13 +74,16 @@ class AuditMiddleware:
                         ndjson = value.startswith(_NDJSON)
             elif message["type"] == "http.response.body":
                 body = message.get("body", b"")
-                size += len(body)
                 if ndjson:
                     lines += body.count(b"\n")
+                await send(message)  # returns once the connection took it (flow control)
+                if not gone:
+                    size += len(body)
+                return
             await send(message)
 
         try:
-            await self.app(scope, receive, watch)
+            await self.app(scope, listen, watch)
         finally:
             self._record(scope, status, version, lines if ndjson else None, size)
 
@@ -87,6 +112,7 @@ class AuditMiddleware:
             share=params.get("share"),
             schema=params.get("schema"),
             table=params.get("table"),
+            file=params.get("path"),
             version=version,
             files=files,
             bytes=size if params.get("table") else None,

@@ -18,7 +18,7 @@ from typing import Any
 
 from sharing.config import ConfigError, ServerConfig, load_config
 from sharing.errors import SharingError
-from sharing.recipients.audit import query_events
+from sharing.recipients.audit import AuditEvent, query_events
 from sharing.recipients.directory import RecipientDirectory
 from sharing.recipients.hashing import hash_password, hash_token
 from sharing.recipients.model import CredentialType
@@ -427,6 +427,7 @@ def _audit(args: argparse.Namespace) -> int:
             "TABLE",
             "VERSION",
             "FILES",
+            "BYTES",
             "STATUS",
         )
         rows = [
@@ -436,9 +437,10 @@ def _audit(args: argparse.Namespace) -> int:
                 e.credential_id or "-",
                 e.client or "-",
                 e.operation,
-                ".".join(p for p in (e.share, e.schema, e.table) if p) or "-",
+                _target(e),
                 e.version or "-",
                 "-" if e.files is None else str(e.files),
+                "-" if e.bytes is None else str(e.bytes),
                 str(e.status),
             )
             for e in events
@@ -447,6 +449,12 @@ def _audit(args: argparse.Namespace) -> int:
         return 0
 
     return _run(args, body)
+
+
+def _target(event: AuditEvent) -> str:
+    """share.schema.table, and /file for a signed file download."""
+    table = ".".join(p for p in (event.share, event.schema, event.table) if p) or "-"
+    return f"{table}/{event.file}" if event.file else table
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:

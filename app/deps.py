@@ -13,10 +13,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.auth import catalog_for
+from app.auth import CurrentPrincipal, catalog_for
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
+from sharing.presign.local import UrlHolder
 from sharing.presign.local_verify import FileServer
 from sharing.query import capabilities
 from sharing.query.async_service import AsyncQueryService
@@ -34,6 +35,7 @@ __all__ = [
     "FileServerDep",
     "PlannerDep",
     "TablesDep",
+    "UrlHolderDep",
 ]
 
 
@@ -72,6 +74,11 @@ async def base_url(request: Request) -> str:
     return str(request.base_url)
 
 
+async def url_holder(principal: CurrentPrincipal) -> UrlHolder:
+    """Whom the request's signed file URLs are for: its recipient and credential."""
+    return UrlHolder(principal.recipient, principal.credential_id)
+
+
 async def request_capabilities(request: Request) -> Capabilities:
     """The `delta-sharing-capabilities` header, parsed (a bad one is a 400)."""
     return capabilities.parse(request.headers.get(capabilities.HEADER))
@@ -89,5 +96,6 @@ PlannerDep = Annotated[Planner, Depends(get_planner)]
 AsyncQueriesDep = Annotated[AsyncQueryService, Depends(get_async_queries)]
 FileServerDep = Annotated[FileServer, Depends(get_file_server)]
 BaseUrlDep = Annotated[str, Depends(base_url)]
+UrlHolderDep = Annotated[UrlHolder, Depends(url_holder)]
 CapabilitiesDep = Annotated[Capabilities, Depends(request_capabilities)]
 FileIdHashDep = Annotated[str | None, Depends(file_id_hash)]

@@ -43,7 +43,7 @@ from deltalog.storage.local import LocalStorage
 from sharing.formats import FileContext
 from sharing.formats.ids import with_file_ids
 from sharing.formats.parquet import ParquetWriter
-from sharing.presign.local import LocalSigner, TableRef
+from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 from sharing.skipping import StatsCache, filter_files
 
 SCHEMA = {
@@ -151,6 +151,7 @@ def main() -> None:
             table=TableRef("share", "schema", "steady"),
             table_root=str(root),
             ttl_seconds=3600,
+            holder=UrlHolder("acme", "c0ffee"),
         )
         ctx = FileContext(
             storage=LocalStorage(), table_root=str(root), signer=signer, id_scheme="parquet"

@@ -43,7 +43,7 @@ from sharing.formats.delta import DeltaWriter
 from sharing.formats.ids import DEFAULT_ID_CACHE, with_file_ids
 from sharing.formats.parquet import ParquetWriter
 from sharing.presign.base import Signer
-from sharing.presign.local import LocalSigner, TableRef
+from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 from sharing.presign.s3 import S3Signer
 from sharing.query.plan import BATCH_ROWS, FileSection, QueryPlan
 
@@ -160,6 +160,7 @@ def local_signer() -> tuple[Signer, LocalStorage, str]:
         table=TableRef("share", "schema", "events"),
         table_root=LOCAL_ROOT,
         ttl_seconds=3600,
+        holder=UrlHolder("acme", "c0ffee"),
     )
     return signer, LocalStorage(), LOCAL_ROOT
 

@@ -2,6 +2,8 @@
 
 Authorised by the URL's signature (see presign.local_verify), not by the bearer token, so the
 recipient's Parquet and Delta readers can fetch files like any pre-signed object URL. The
+recipient and credential the URL was signed for become the request's principal, so the
+audit trail attributes the download (and the bytes sent) to them. The
 file is opened, sized and read from before the status line is sent: a file the server
 cannot read is a JSON error (logged at ERROR), never a 200 with a cut-off body.
 """
@@ -12,7 +14,8 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from sharing.presign.local_verify import FileServer, OpenedFile
+from app.audit import attribute_to
+from sharing.presign.local_verify import FileServer, OpenedFile, url_holder
 
 __all__ = ["router"]
 
@@ -30,6 +33,7 @@ def _file_server(request: Request) -> FileServer:
 @router.api_route("/files/{share}/{schema}/{table}/{path:path}", methods=["GET", "HEAD"])
 async def serve_file(request: Request, share: str, schema: str, table: str, path: str) -> Response:
     params = request.query_params
+    holder = url_holder(params.get("rcp"), params.get("cid"))
     found = await run_in_threadpool(
         _file_server(request).open,
         share,
@@ -38,7 +42,10 @@ async def serve_file(request: Request, share: str, schema: str, table: str, path
         path,
         params.get("exp"),
         params.get("sig"),
+        holder,
     )
+    if holder is not None:  # always, once open() accepted the signature
+        attribute_to(request, holder.recipient, holder.credential_id)
     head = request.method == "HEAD"
     opened = await run_in_threadpool(
         lambda: OpenedFile(found, request.headers.get("range"), head=head)

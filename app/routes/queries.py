@@ -10,8 +10,16 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from app.deps import AsyncQueriesDep, BaseUrlDep, CapabilitiesDep, CatalogDep, PlannerDep
+from app.deps import (
+    AsyncQueriesDep,
+    BaseUrlDep,
+    CapabilitiesDep,
+    CatalogDep,
+    PlannerDep,
+    UrlHolderDep,
+)
 from app.responses import NDJSON, VERSION_HEADER, JsonResponse, query_headers
+from sharing.presign.local import UrlHolder
 from sharing.query import capabilities
 from sharing.query.async_service import (
     AsyncQueryFailed,
@@ -35,10 +43,14 @@ _NO_VERSION_YET = "0"
 
 
 async def submit(
-    service: AsyncQueryService, planner: Planner, base_url: str, inputs: QueryInputs
+    service: AsyncQueryService,
+    planner: Planner,
+    base_url: str,
+    holder: UrlHolder,
+    inputs: QueryInputs,
 ) -> Response:
     """Start (or find, by idempotency key) the async query and answer its status line."""
-    plan = partial(planner.query, base_url=base_url)
+    plan = partial(planner.query, base_url=base_url, holder=holder)
     stored = await run_in_threadpool(service.submit, inputs, plan)
     if stored.error is not None:
         return _failure(AsyncQueryFailed.from_stored(stored))
@@ -57,11 +69,12 @@ async def poll_query(
     planner: PlannerDep,
     service: AsyncQueriesDep,
     base_url: BaseUrlDep,
+    holder: UrlHolderDep,
 ) -> Response:
     """The query's status while it is planned, its error, or a page of its result."""
     poll = parse_poll_body(await request.body())
     shared = catalog.get_table(share, schema, table)
-    plan = partial(planner.query, base_url=base_url)
+    plan = partial(planner.query, base_url=base_url, holder=holder)
     try:
         outcome = await run_in_threadpool(service.poll, shared, query_id, poll, caps, plan)
     except AsyncQueryFailed as failed:

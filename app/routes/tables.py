@@ -20,6 +20,7 @@ from app.deps import (
     FileIdHashDep,
     PlannerDep,
     TablesDep,
+    UrlHolderDep,
 )
 from app.limits import check_query_fields
 from app.responses import NDJSON, VERSION_HEADER, query_headers
@@ -104,14 +105,15 @@ async def query_table(
     planner: PlannerDep,
     async_queries: AsyncQueriesDep,
     base_url: BaseUrlDep,
+    holder: UrlHolderDep,
 ) -> Response:
     body = parse_body(await request.body())
     check_query_fields(config.limits, body)
     validate(body, caps)
     inputs = QueryInputs(catalog.get_table(share, schema, table), body, caps, id_hash)
     if caps.async_query:
-        return await queries.submit(async_queries, planner, base_url, inputs)
-    plan = await run_in_threadpool(planner.query, inputs, base_url)
+        return await queries.submit(async_queries, planner, base_url, holder, inputs)
+    plan = await run_in_threadpool(planner.query, inputs, base_url, holder)
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
 
@@ -126,6 +128,7 @@ async def table_changes(
     catalog: CatalogDep,
     planner: PlannerDep,
     base_url: BaseUrlDep,
+    holder: UrlHolderDep,
     starting_version: Annotated[str | None, Query(alias="startingVersion")] = None,
     starting_timestamp: Annotated[str | None, Query(alias="startingTimestamp")] = None,
     ending_version: Annotated[str | None, Query(alias="endingVersion")] = None,
@@ -150,6 +153,6 @@ async def table_changes(
         page_token=page_token,
     )
     inputs = ChangesInputs(catalog.get_table(share, schema, table), params, caps, id_hash)
-    plan = await run_in_threadpool(planner.changes, inputs, base_url)
+    plan = await run_in_threadpool(planner.changes, inputs, base_url, holder)
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)

@@ -10,9 +10,17 @@ from deltalog.storage.kinds import StorageKind
 from sharing.errors import UnsupportedOperation
 from sharing.presign.base import SignedUrls, Signer
 from sharing.presign.cloud import cloud_signer
-from sharing.presign.local import LocalSigner, TableRef
+from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 
-__all__ = ["LocalSigner", "SignedUrls", "Signer", "TableRef", "signer_factory", "signer_for"]
+__all__ = [
+    "LocalSigner",
+    "SignedUrls",
+    "Signer",
+    "TableRef",
+    "UrlHolder",
+    "signer_factory",
+    "signer_for",
+]
 
 
 def signer_for(
@@ -24,9 +32,11 @@ def signer_for(
     base_url: str,
     endpoint: str,
     ttl_seconds: int,
+    holder: UrlHolder,
 ) -> Signer:
     """The signer for a table's storage: pre-signed object URLs on S3, Azure and GCS;
-    this server's own file URLs for local tables."""
+    this server's own file URLs for local tables, bound to `holder` (whom the audit trail
+    attributes their downloads to)."""
     cloud = cloud_signer(storage, table_root=table_root, ttl_seconds=ttl_seconds)
     if cloud is not None:
         return cloud
@@ -38,6 +48,7 @@ def signer_for(
             table=table,
             table_root=table_root,
             ttl_seconds=ttl_seconds,
+            holder=holder,
         )
     raise UnsupportedOperation(
         f"Sharing tables stored in {type(storage).__name__} is not supported yet."
@@ -45,7 +56,13 @@ def signer_for(
 
 
 def signer_factory(
-    *, table: TableRef, secret: str | bytes, base_url: str, endpoint: str, ttl_seconds: int
+    *,
+    table: TableRef,
+    secret: str | bytes,
+    base_url: str,
+    endpoint: str,
+    ttl_seconds: int,
+    holder: UrlHolder,
 ) -> Callable[[Snapshot], Signer]:
     """A function giving the signer for a snapshot of `table` (its storage is only known
     once the snapshot is loaded)."""
@@ -59,6 +76,7 @@ def signer_factory(
             base_url=base_url,
             endpoint=endpoint,
             ttl_seconds=ttl_seconds,
+            holder=holder,
         )
 
     return for_snapshot

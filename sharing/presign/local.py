@@ -1,8 +1,10 @@
 """URLs for local tables, served by this server's own `/files` endpoint.
 
 A URL names the table (share/schema/table as configured) and the file's path relative to
-the table root, and carries an expiry and an HMAC-SHA256 over exactly those, so it cannot
-be replayed for another file, another table or after it expires. The `sp=r` parameter
+the table root, the recipient and credential it was handed to (`rcp`, `cid`), and carries
+an expiry and an HMAC-SHA256 over exactly those, so it cannot be replayed for another
+file, another table or after it expires, and a download is attributed to its recipient in
+the audit trail without the URL being re-attributable by editing it. The `sp=r` parameter
 marks the URL as pre-signed for delta-kernel-rs, which only fetches http(s) paths over
 plain HTTP when the query looks like a signed URL.
 """
@@ -23,7 +25,7 @@ from sharing.presign.prepared_hmac import PreparedHmac
 from sharing.presign.url_paths import all_plain
 
 _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
-_KEY_LABEL = b"lakeshare/local-file-url/v1"
+_KEY_LABEL = b"lakeshare/local-file-url/v2"  # v2: the holder is signed too
 
 
 def derive_master_key(secret: str | bytes) -> bytes:
@@ -37,9 +39,31 @@ def table_key(master: bytes, share: str, schema: str, table: str) -> bytes:
     return hmac.digest(master, f"{share}\x00{schema}\x00{table}".encode(), "sha256")
 
 
-def url_signature(key: bytes, relative_path: str, expires_ms: int) -> str:
-    """The `sig` parameter: hex HMAC-SHA256 of the expiry and the decoded relative path."""
-    return hmac.new(key, f"{expires_ms}\x00{relative_path}".encode(), hashlib.sha256).hexdigest()
+@dataclass(frozen=True, slots=True)
+class UrlHolder:
+    """Whom file URLs are handed to: the recipient and the credential it presented (None
+    for the anonymous principal). Both are signed, so they cannot be edited."""
+
+    recipient: str
+    credential_id: str | None = None
+
+    def signed_part(self) -> bytes:
+        """What the signature covers of the holder, between the expiry and the path."""
+        return f"{self.recipient}\x00{self.credential_id or ''}\x00".encode()
+
+    def query(self) -> str:
+        """The URL parameters naming the holder."""
+        text = "rcp=" + quote(self.recipient, safe="")
+        if self.credential_id:
+            text += "&cid=" + quote(self.credential_id, safe="")
+        return text
+
+
+def url_signature(key: bytes, relative_path: str, expires_ms: int, holder: UrlHolder) -> str:
+    """The `sig` parameter: hex HMAC-SHA256 of the expiry, the holder and the decoded
+    relative path (names never hold NUL, so the message is unambiguous)."""
+    message = f"{expires_ms}\x00".encode() + holder.signed_part() + relative_path.encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +79,8 @@ class TableRef:
 
 
 class LocalSigner:
-    """Signs files under one local table root for `<base_url><endpoint>/files/...`."""
+    """Signs files under one local table root for `<base_url><endpoint>/files/...`, handed
+    to `holder`."""
 
     def __init__(
         self,
@@ -66,6 +91,7 @@ class LocalSigner:
         table: TableRef,
         table_root: str,
         ttl_seconds: int,
+        holder: UrlHolder,
     ) -> None:
         self._mac = PreparedHmac(
             table_key(derive_master_key(secret), table.share, table.schema, table.table)
@@ -74,13 +100,15 @@ class LocalSigner:
         self._url_prefix = f"{prefix}/files/{table.url_prefix()}/"
         self._root_prefix = table_root.rstrip("/") + "/"
         self._ttl_ms = ttl_seconds * 1000
+        self._holder_signed = holder.signed_part()
+        self._holder_query = holder.query()
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
         expires = int(time.time() * 1000) + self._ttl_ms
         inner_state, outer_state = self._mac.states()
-        # Every message starts with the expiry: it is hashed into the inner state once.
+        # Every message starts with the expiry and the holder: hashed into the inner state once.
         expiry_state = inner_state()
-        expiry_state.update(f"{expires}\x00".encode())
+        expiry_state.update(f"{expires}\x00".encode() + self._holder_signed)
         with_expiry = expiry_state.copy
         root, url_prefix = self._root_prefix, self._url_prefix
         cut = len(root)
@@ -88,7 +116,7 @@ class LocalSigner:
         append = urls.append
         # A batch of plain keys (nearly always) needs no per-key check for quoting.
         safe = None if all_plain(keys) else _URL_SAFE_PATH.match
-        query = f"?exp={expires}&sp=r&sig="
+        query = f"?exp={expires}&{self._holder_query}&sp=r&sig="
         for storage_key in keys:
             if not storage_key.startswith(root):
                 raise UnsupportedOperation(ABSOLUTE_PATHS)

@@ -1,10 +1,11 @@
 """Serving local table files behind the URLs of `presign.local`: the other half of the
 local signer, verifying what it signed.
 
-A request is honoured only when its signature matches the table, relative path and expiry
-it names, the expiry is in the future, the table is in the configuration, and the path,
-once symlinks are resolved, stays inside that table's directory. Any failure of the
-signature or the path is the same 403, so probing reveals nothing about the disk.
+A request is honoured only when its signature matches the table, relative path, holder
+(recipient and credential) and expiry it names, the expiry is in the future, the table is
+in the configuration, and the path, once symlinks are resolved, stays inside that table's
+directory. Any failure of the signature or the path is the same 403, so probing reveals
+nothing about the disk.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from deltalog.storage.kinds import StorageKind
 from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
-from sharing.presign.local import derive_master_key, table_key, url_signature
+from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
 
 log = logging.getLogger("lakeshare.files")
 
@@ -67,10 +68,12 @@ class FileServer:
         relative: str,
         expires: str | None,
         signature: str | None,
+        holder: UrlHolder | None,
         now_ms: int | None = None,
     ) -> LocalFile:
-        """The file a signed URL names, or Forbidden / ResourceNotFound."""
-        if expires is None or signature is None:
+        """The file a signed URL names, or Forbidden / ResourceNotFound. `holder` is what
+        the URL's `rcp` and `cid` parameters name (see `url_holder`)."""
+        if expires is None or signature is None or holder is None:
             raise Forbidden("The URL is not signed.")
         try:
             expires_ms = parse_integer(expires, INT64, signs="")
@@ -85,7 +88,7 @@ class FileServer:
         except ResourceNotFound:
             raise Forbidden("The URL signature is invalid.") from None
         key = table_key(self._master, shared.share, shared.schema, shared.name)
-        expected = url_signature(key, relative, expires_ms)
+        expected = url_signature(key, relative, expires_ms, holder)
         if not hmac.compare_digest(expected, signature):
             raise Forbidden("The URL signature is invalid.")
         now = int(time.time() * 1000) if now_ms is None else now_ms
@@ -99,6 +102,14 @@ class FileServer:
         if not stat.S_ISREG(st.st_mode):
             raise ResourceNotFound("The file does not exist (it may have been vacuumed).")
         return LocalFile(path=path, size=st.st_size)
+
+
+def url_holder(recipient: str | None, credential_id: str | None) -> UrlHolder | None:
+    """The holder a URL's `rcp` and `cid` parameters name; None when there is no recipient
+    or a value holds NUL (which no signed holder does: such a URL is not signed)."""
+    if not recipient or "\x00" in recipient or (credential_id and "\x00" in credential_id):
+        return None
+    return UrlHolder(recipient, credential_id or None)
 
 
 def resolve_inside(location: str, relative: str) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from deltalog import Snapshot
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
-from sharing.presign import TableRef, signer_factory
+from sharing.presign import TableRef, UrlHolder, signer_factory
 from sharing.presign.base import Signer
 from sharing.presign.timing import SigningObserver, timed_signers
 from sharing.query.capabilities import Capabilities
@@ -55,9 +55,11 @@ class Planner:
             evaluate_sql=config.evaluate_predicate_hints,
         )
 
-    def signers(self, shared: SharedTable, base_url: str) -> Callable[[Snapshot], Signer]:
+    def signers(
+        self, shared: SharedTable, base_url: str, holder: UrlHolder
+    ) -> Callable[[Snapshot], Signer]:
         """The URL signer of a table's snapshots; `base_url` is the request's own base
-        URL, used when no `publicUrl` is configured."""
+        URL, used when no `publicUrl` is configured; `holder` is who the URLs are for."""
         config = self._config
         signers = signer_factory(
             table=TableRef(shared.share, shared.schema, shared.name),
@@ -65,12 +67,13 @@ class Planner:
             base_url=config.public_url or base_url,
             endpoint=config.endpoint,
             ttl_seconds=config.pre_signed_url_timeout_seconds,
+            holder=holder,
         )
         return timed_signers(signers, self._signing_observer)
 
-    def query(self, inputs: QueryInputs, base_url: str) -> QueryPlan:
+    def query(self, inputs: QueryInputs, base_url: str, holder: UrlHolder) -> QueryPlan:
         """`POST .../query`: a snapshot (latest or time travel) or a streaming query."""
-        signers = self.signers(inputs.shared, base_url)
+        signers = self.signers(inputs.shared, base_url, holder)
         limit = self._config.query_table_page_size_limit
         if QueryKind.of(inputs.request) is QueryKind.STREAMING:
             return plan_streaming(
@@ -89,14 +92,14 @@ class Planner:
             hints=self._hints,
         )
 
-    def changes(self, inputs: ChangesInputs, base_url: str) -> QueryPlan:
+    def changes(self, inputs: ChangesInputs, base_url: str, holder: UrlHolder) -> QueryPlan:
         """`GET .../changes`: the change data feed of a version range."""
         return plan_changes(
             inputs,
             tables=self.tables,
             tokens=self.change_tokens,
             page_size_limit=self._config.query_table_page_size_limit,
-            signer_for=self.signers(inputs.shared, base_url),
+            signer_for=self.signers(inputs.shared, base_url, holder),
         )
 
     def metadata(

@@ -36,6 +36,7 @@ class AuditEvent:
     share: str | None = None
     schema: str | None = None
     table: str | None = None
+    file: str | None = None  # a signed file download: the path under the table
     version: str | None = None
     files: int | None = None
     bytes: int | None = None
@@ -49,7 +50,12 @@ class AuditEvent:
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
         row["table_name"] = row.pop("table")
-        for key, limit in (("user_agent", 500), ("client", 100), ("request_id", 100)):
+        for key, limit in (
+            ("user_agent", 500),
+            ("client", 100),
+            ("request_id", 100),
+            ("file", 1000),
+        ):
             if row[key] is not None:
                 row[key] = str(row[key])[:limit]
         return row

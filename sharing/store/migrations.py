@@ -1,11 +1,14 @@
 """Versioned migrations, applied at start by every process that opens the store.
 
-A migration has an id ("0001_recipients") and a function of a Connection. `migrate` takes a
-lock (PostgreSQL: a transaction-scoped advisory lock; SQLite: `BEGIN IMMEDIATE`), reads which
-ids are recorded in `lakeshare_migrations`, applies the missing ones in list order and records
-them — all in one transaction, so a failed migration leaves nothing behind and concurrent
-starts apply each migration once. Ids, not positions, are recorded: two features may each
-append their own migration without renumbering.
+A migration has an id ("0001_recipients") and a function of a Connection. Tables are
+created from the current schema, so a migration that adds a column adds it only where it is
+missing (`add_missing_column`): a store created after the column was declared has it.
+
+`migrate` takes a lock (PostgreSQL: a transaction-scoped advisory lock; SQLite:
+`BEGIN IMMEDIATE`), reads which ids are recorded in `lakeshare_migrations`, applies the
+missing ones in list order and records them — all in one transaction, so a failed migration
+leaves nothing behind and concurrent starts apply each migration once. Ids, not positions,
+are recorded: two features may each append their own migration without renumbering.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import Connection, Engine, Table, inspect, select, text
+from sqlalchemy.schema import CreateColumn
 
 from sharing.store import schema
 from sharing.store.clock import now_ms
@@ -55,10 +59,31 @@ def _async_queries(connection: Connection) -> None:
     create_tables(connection)
 
 
+def add_missing_column(connection: Connection, table: Table, name: str) -> None:
+    """`ALTER TABLE … ADD COLUMN` for a column of the schema the table lacks; the column's
+    definition is compiled for the connection's dialect from the schema (nullable columns
+    only: existing rows get NULL)."""
+    present = {column["name"] for column in inspect(connection).get_columns(table.name)}
+    if name in present:
+        return
+    column = table.c[name]
+    if not column.nullable:
+        raise ValueError(f"cannot add the non-nullable column {table.name}.{name}")
+    dialect = connection.dialect
+    definition = CreateColumn(column).compile(dialect=dialect)
+    quoted = dialect.identifier_preparer.format_table(table)
+    connection.execute(text(f"ALTER TABLE {quoted} ADD COLUMN {definition}"))
+
+
+def _audit_file(connection: Connection) -> None:
+    add_missing_column(connection, schema.audit_events, "file")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
     Migration("0003_async_queries", _async_queries),  # sharing/store/async_queries.py
+    Migration("0004_audit_file", _audit_file),  # audit records of signed file downloads
 ]
 
 

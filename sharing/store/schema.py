@@ -113,6 +113,8 @@ audit_events = Table(
     Column("files", Integer, nullable=True),
     Column("bytes", BigInteger, nullable=True),
     Column("status", Integer, nullable=False),
+    # Added by later migrations (sharing/store/migrations.py adds them to older stores):
+    Column("file", Text, nullable=True),  # 0004: a signed file download's path in the table
 )
 Index("audit_events_at", audit_events.c.at)
 Index("audit_events_recipient_at", audit_events.c.recipient, audit_events.c.at)

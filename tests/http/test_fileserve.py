@@ -12,17 +12,19 @@ import pytest
 
 from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound
-from sharing.presign.local import LocalSigner, TableRef
+from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 from sharing.presign.local_verify import (
     FileServer,
     RangeNotSatisfiable,
     parse_range,
     resolve_inside,
+    url_holder,
 )
 from tests.support.corpus import CORPUS
 from tests.support.server import RunningServer, make_config, run_server
 
 SECRET = "unit-test-secret"
+HOLDER = UrlHolder("acme", "cred1")
 
 
 @pytest.fixture
@@ -62,6 +64,7 @@ def _signer(table_dir: Path, ttl: int = 3600, name: str = "T") -> LocalSigner:
         table=TableRef("Share", "s", name),
         table_root=str(table_dir),
         ttl_seconds=ttl,
+        holder=HOLDER,
     )
 
 
@@ -74,7 +77,7 @@ def _parts(url: str) -> tuple[str, str, str]:
 def test_valid_url_opens_file(table_dir: Path, catalog: Catalog) -> None:
     signed = _signer(table_dir).sign([str(table_dir / "p=1" / "data.parquet")])
     relative, exp, sig = _parts(signed.urls[0])
-    found = FileServer(catalog, SECRET).open("share", "S", "t", relative, exp, sig)
+    found = FileServer(catalog, SECRET).open("share", "S", "t", relative, exp, sig, HOLDER)
     assert found.size == 10 and found.path == str(table_dir / "p=1" / "data.parquet")
 
 
@@ -86,19 +89,41 @@ def test_tampered_cross_file_and_expired_urls_are_forbidden(
     relative, exp, sig = _parts(signed.urls[0])
     flipped = ("0" if sig[0] != "0" else "1") + sig[1:]
     with pytest.raises(Forbidden):
-        server.open("Share", "s", "T", relative, exp, flipped)
+        server.open("Share", "s", "T", relative, exp, flipped, HOLDER)
     with pytest.raises(Forbidden):
-        server.open("Share", "s", "T", "other.parquet", exp, sig)
+        server.open("Share", "s", "T", "other.parquet", exp, sig, HOLDER)
     with pytest.raises(Forbidden):
-        server.open("Share", "s", "T", relative, str(int(exp) + 1), sig)
+        server.open("Share", "s", "T", relative, str(int(exp) + 1), sig, HOLDER)
     with pytest.raises(Forbidden):
-        server.open("Share", "s", "T", relative, None, sig)
+        server.open("Share", "s", "T", relative, None, sig, HOLDER)
     with pytest.raises(Forbidden):
-        server.open("Share", "s", "Other", relative, exp, sig)
+        server.open("Share", "s", "Other", relative, exp, sig, HOLDER)
     with pytest.raises(Forbidden):
-        FileServer(catalog, "another-secret").open("Share", "s", "T", relative, exp, sig)
+        FileServer(catalog, "another-secret").open("Share", "s", "T", relative, exp, sig, HOLDER)
     with pytest.raises(Forbidden, match="expired"):
-        server.open("Share", "s", "T", relative, exp, sig, now_ms=int(exp) + 1)
+        server.open("Share", "s", "T", relative, exp, sig, HOLDER, now_ms=int(exp) + 1)
+
+
+def test_the_holder_is_signed_and_named_in_the_url(table_dir: Path, catalog: Catalog) -> None:
+    """A URL is bound to the recipient and credential it was handed to: naming another, or
+    dropping or adding the credential, breaks the signature."""
+    server = FileServer(catalog, SECRET)
+    signed = _signer(table_dir).sign([str(table_dir / "p=1" / "data.parquet")])
+    params = httpx.URL(signed.urls[0]).params
+    assert (params["rcp"], params["cid"], params["sp"]) == ("acme", "cred1", "r")
+    relative, exp, sig = _parts(signed.urls[0])
+    assert url_holder(params["rcp"], params["cid"]) == HOLDER
+    for other in (
+        UrlHolder("globex", "cred1"),
+        UrlHolder("acme", "cred2"),
+        UrlHolder("acme", None),
+        UrlHolder("acme\x00", "cred1"),
+    ):
+        with pytest.raises(Forbidden, match="invalid"):
+            server.open("Share", "s", "T", relative, exp, sig, other)
+    with pytest.raises(Forbidden, match="not signed"):
+        server.open("Share", "s", "T", relative, exp, sig, url_holder(None, "cred1"))
+    assert url_holder("acme", "c\x00") is None and url_holder("", None) is None
 
 
 def test_signer_refuses_keys_outside_the_table(table_dir: Path) -> None:
@@ -132,14 +157,14 @@ def test_signed_escape_is_still_forbidden(table_dir: Path, catalog: Catalog) -> 
     signed = _signer(table_dir).sign([str(table_dir / "escape.parquet")])
     relative, exp, sig = _parts(signed.urls[0])
     with pytest.raises(Forbidden):
-        FileServer(catalog, SECRET).open("Share", "s", "T", relative, exp, sig)
+        FileServer(catalog, SECRET).open("Share", "s", "T", relative, exp, sig, HOLDER)
 
 
 def test_missing_file_is_not_found(table_dir: Path, catalog: Catalog) -> None:
     signed = _signer(table_dir).sign([str(table_dir / "gone.parquet")])
     relative, exp, sig = _parts(signed.urls[0])
     with pytest.raises(ResourceNotFound):
-        FileServer(catalog, SECRET).open("Share", "s", "T", relative, exp, sig)
+        FileServer(catalog, SECRET).open("Share", "s", "T", relative, exp, sig, HOLDER)
 
 
 @pytest.mark.parametrize(

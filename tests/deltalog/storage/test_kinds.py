@@ -162,13 +162,14 @@ def test_local_tables_load_no_cloud_sdk() -> None:
         """
         import sys
         from deltalog.storage import resolve, storage_kind
-        from sharing.presign import TableRef, signer_for
+        from sharing.presign import TableRef, UrlHolder, signer_for
         from sharing.credentials import check_location
 
         assert storage_kind("s3://b/t").value == "s3"
         storage, root = resolve("/tmp/t")
         signer_for(storage=storage, table_root=root, table=TableRef("s", "d", "t"),
-                   secret="x" * 32, base_url="http://h", endpoint="/d", ttl_seconds=60)
+                   secret="x" * 32, base_url="http://h", endpoint="/d", ttl_seconds=60,
+                   holder=UrlHolder("r"))
         try:
             check_location("/tmp/t", None)
         except Exception:

@@ -18,6 +18,7 @@ from sharing.catalog import Catalog, SharedTable
 from sharing.errors import InvalidParameter
 from sharing.formats import FileContext
 from sharing.presign.base import SignedUrls, Signer
+from sharing.presign.local import UrlHolder
 from sharing.query.capabilities import Capabilities
 from sharing.query.changes import plan_changes
 from sharing.query.commit_pages import CommitPart, paginate, part_files
@@ -271,9 +272,12 @@ def test_planner_dispatches_on_the_query_kind(setup: tuple[Planner, Catalog]) ->
     planner = setup[0]
     shared = _table(setup, "cdf")
     base = "http://example.test/"
-    snapshot = planner.query(QueryInputs(shared, QueryRequest(version=1), DELTA, None), base)
+    holder = UrlHolder("acme", "cred1")
+    snapshot = planner.query(
+        QueryInputs(shared, QueryRequest(version=1), DELTA, None), base, holder
+    )
     streaming = planner.query(
-        QueryInputs(shared, QueryRequest(starting_version=1), DELTA, None), base
+        QueryInputs(shared, QueryRequest(starting_version=1), DELTA, None), base, holder
     )
     assert snapshot.version == 1
     assert streaming.version == 1
@@ -284,4 +288,8 @@ def test_planner_dispatches_on_the_query_kind(setup: tuple[Planner, Catalog]) ->
     prefix = base + "delta-sharing/files/s/d/cdf/"
     assert all(
         f["file"]["deltaSingleAction"]["add"]["path"].startswith(prefix) for f in snapshot_files
+    )
+    assert all(
+        "&rcp=acme&cid=cred1&" in f["file"]["deltaSingleAction"]["add"]["path"]
+        for f in snapshot_files
     )
