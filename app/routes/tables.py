@@ -113,8 +113,10 @@ async def query_table(
     inputs = QueryInputs(catalog.get_table(share, schema, table), body, caps, id_hash)
     if caps.async_query:
         return await queries.submit(async_queries, planner, base_url, holder, inputs)
-    plan = await run_in_threadpool(planner.query, inputs, base_url, holder)
+    plan, content = await run_in_threadpool(planner.query_response, inputs, base_url, holder)
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
+    if content is not None:  # a small response, built whole (sharing.query.small)
+        return Response(content=content, media_type=NDJSON, headers=headers)
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
 
 

@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import quote
 
 from sharing.errors import UnsupportedOperation
@@ -28,12 +29,16 @@ _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
 _KEY_LABEL = b"lakeshare/local-file-url/v2"  # v2: the holder is signed too
 
 
+# Keys are derived once per secret and table, not once per request (a signer is made for
+# each request); bounded like the configured tables.
+@lru_cache(maxsize=4096)
 def derive_master_key(secret: str | bytes) -> bytes:
     """The key for file URLs, separated from other uses of the configured secret."""
     raw = secret.encode() if isinstance(secret, str) else secret
     return hmac.digest(raw, _KEY_LABEL, "sha256")
 
 
+@lru_cache(maxsize=4096)
 def table_key(master: bytes, share: str, schema: str, table: str) -> bytes:
     """A per-table key, so one HMAC per URL binds the table without hashing its names."""
     return hmac.digest(master, f"{share}\x00{schema}\x00{table}".encode(), "sha256")
@@ -75,7 +80,12 @@ class TableRef:
     table: str
 
     def url_prefix(self) -> str:
-        return "/".join(quote(part, safe="") for part in (self.share, self.schema, self.table))
+        return _quoted_names(self.share, self.schema, self.table)
+
+
+@lru_cache(maxsize=4096)
+def _quoted_names(*names: str) -> str:
+    return "/".join(quote(part, safe="") for part in names)
 
 
 class LocalSigner:

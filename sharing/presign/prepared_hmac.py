@@ -12,6 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 _BLOCK = 64  # SHA-256 block size in bytes
+# Byte translation tables XOR-ing every byte with the inner and outer pads.
+_INNER_PAD = bytes(b ^ 0x36 for b in range(256))
+_OUTER_PAD = bytes(b ^ 0x5C for b in range(256))
 
 
 class PreparedHmac:
@@ -23,8 +26,8 @@ class PreparedHmac:
         if len(key) > _BLOCK:
             key = hashlib.sha256(key).digest()
         padded = key.ljust(_BLOCK, b"\x00")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in padded))
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in padded))
+        self._inner = hashlib.sha256(padded.translate(_INNER_PAD))
+        self._outer = hashlib.sha256(padded.translate(_OUTER_PAD))
 
     def states(self) -> tuple[Callable[[], Any], Callable[[], Any]]:
         """The `copy` methods of the padded inner and outer SHA-256 states, for signing

@@ -13,7 +13,9 @@ import pyarrow.compute as pc
 
 from deltalog import Snapshot
 from sharing.errors import SharingError, UnsupportedOperation
-from sharing.formats import FILE, FileContext, FormatWriter, TableHead, dumps_line
+from sharing.formats import FILE, FileContext, FileLines, FormatWriter, TableHead, dumps_line
+from sharing.formats.templates import LineTemplates
+from sharing.presign.base import Signer
 from sharing.query import capabilities
 from sharing.query.batch_pipeline import BatchWork, formatted
 
@@ -32,6 +34,15 @@ class FileSection:
 Section = bytes | FileSection
 
 
+@dataclass(frozen=True)
+class PreparedFiles:
+    """File lines whose unsigned parts were built before (sharing.query.small): only the
+    URLs are signed, with the request's signer, when the body is written."""
+
+    templates: LineTemplates
+    signer: Signer
+
+
 @dataclass
 class QueryPlan:
     """A response ready to stream: header values, head lines, then sections: literal
@@ -47,6 +58,8 @@ class QueryPlan:
     next_page_token: str | None = None
     refresh_token: str | None = None
     batch_rows: int = BATCH_ROWS
+    prepared: PreparedFiles | None = None  # written before the sections
+    inline: bool = False  # small: rendered whole before the response starts (`render`)
 
     def capabilities_header(self) -> str:
         return capabilities.response_header(
@@ -65,7 +78,7 @@ class QueryPlan:
         yield self.head
         min_expiration: int | None = None
         try:
-            for lines in formatted(self._work(), self.writer):
+            for lines in self._lines():
                 if isinstance(lines, bytes):
                     yield lines
                     continue
@@ -88,6 +101,17 @@ class QueryPlan:
             if min_expiration is not None:
                 action["minUrlExpirationTimestamp"] = min_expiration
             yield dumps_line({"endStreamAction": action})
+
+    def render(self) -> bytes:
+        """The whole body at once (small plans: one step, no hand-off per line). A failure
+        without `includeendstreamaction` is raised before any byte is sent, so it becomes
+        an error response instead of a cut connection."""
+        return b"".join(self.body())
+
+    def _lines(self) -> Iterator[bytes | FileLines]:
+        if self.prepared is not None:
+            yield self.prepared.templates.render(self.prepared.signer)
+        yield from formatted(self._work(), self.writer)
 
     def _work(self) -> Iterator[bytes | BatchWork]:
         """The sections as literal lines and batches of at most `batch_rows` files."""

@@ -18,6 +18,7 @@ from sharing.query.changes import plan_changes
 from sharing.query.kinds import QueryKind
 from sharing.query.plan import QueryPlan
 from sharing.query.request import ChangesInputs, QueryInputs
+from sharing.query.small import SelectionCache
 from sharing.query.snapshot import HintSettings, MetadataResponse, plan_metadata, plan_query
 from sharing.query.streaming import plan_streaming
 from sharing.query.tokens import ChangeTokens, QueryTokens
@@ -50,6 +51,7 @@ class Planner:
             page_ttl_ms=config.query_table_page_token_ttl_ms,
             refresh_ttl_ms=config.refresh_token_ttl_ms,
         )
+        self.selections = SelectionCache()
         self._hints = HintSettings(
             evaluate_json=config.evaluate_json_predicate_hints,
             evaluate_sql=config.evaluate_predicate_hints,
@@ -90,7 +92,16 @@ class Planner:
             page_size_limit=limit,
             signer_for=signers,
             hints=self._hints,
+            selections=self.selections,
         )
+
+    def query_response(
+        self, inputs: QueryInputs, base_url: str, holder: UrlHolder
+    ) -> tuple[QueryPlan, bytes | None]:
+        """`query`, and the whole body when the plan is small (built and signed here, in
+        the caller's thread, in one step); None when the body is to be streamed."""
+        plan = self.query(inputs, base_url, holder)
+        return plan, plan.render() if plan.inline else None
 
     def changes(self, inputs: ChangesInputs, base_url: str, holder: UrlHolder) -> QueryPlan:
         """`GET .../changes`: the change data feed of a version range."""

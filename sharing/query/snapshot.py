@@ -11,18 +11,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltalog import Snapshot
 from sharing.catalog import SharedTable
 from sharing.formats import FileContext, writer_for
 from sharing.formats.ids import with_file_ids
+from sharing.formats.templates import LineTemplates, line_templates
 from sharing.presign.base import Signer
 from sharing.query import capabilities
 from sharing.query.capabilities import Capabilities
 from sharing.query.kinds import PinnedVersion
-from sharing.query.plan import FileSection, QueryPlan, check_parquet_readable, table_head
+from sharing.query.plan import (
+    FileSection,
+    PreparedFiles,
+    QueryPlan,
+    Section,
+    check_parquet_readable,
+    table_head,
+)
 from sharing.query.request import QueryInputs
+from sharing.query.small import Selection, SelectionCache, is_small
 from sharing.query.tokens import QueryTokens
 from sharing.skipping import apply_limit, filter_files
 from sharing.tables import ResolvedSnapshot, TableService
@@ -45,8 +55,11 @@ def plan_query(
     page_size_limit: int,
     signer_for: Callable[[Snapshot], Signer],
     hints: HintSettings = HintSettings(),
+    selections: SelectionCache | None = None,
 ) -> QueryPlan:
-    """Resolve, check and select everything for one snapshot query (or one page of it)."""
+    """Resolve, check and select everything for one snapshot query (or one page of it).
+    With `selections`, a small response's selection is kept there for the next request
+    with the same table version and options (see sharing.query.small)."""
     shared, request = inputs.shared, inputs.request
     pinned = _pinned(inputs, tokens)
     if pinned is not None:
@@ -58,13 +71,103 @@ def plan_query(
         resolved = tables.resolve(shared, version=request.version, timestamp=request.timestamp)
     snapshot = resolved.snapshot
     response_format = capabilities.choose_format(inputs.caps, snapshot.protocol, snapshot.metadata)
+    writer = writer_for(response_format)
+    id_scheme = inputs.file_id_hash or response_format
+    paged = request.max_files is not None or request.page_token is not None
+    start = pinned.start_index if pinned is not None and request.page_token else 0
+    size = min(request.max_files or page_size_limit, page_size_limit) if paged else None
+    context = FileContext(
+        storage=snapshot.storage,
+        table_root=snapshot.table_root,
+        signer=signer_for(snapshot),
+        id_scheme=id_scheme,
+        version=snapshot.version if resolved.time_travel else None,
+        timestamp=resolved.commit_timestamp if resolved.time_travel else None,
+    )
+    key = _selection_key(inputs, snapshot, context, response_format, start, size)
+    selection = selections.get(key) if selections is not None else None
+    if selection is None:
+        selection = _select(inputs, snapshot, response_format, context, start, size, hints)
+        if selections is not None and is_small(selection.num_files):
+            selections.put(key, selection)
+
+    next_page_token = None
+    if selection.next_index is not None:
+        this = PinnedVersion(snapshot.version, 0, resolved.time_travel)
+        next_page_token = tokens.page_token(shared, request, this, selection.next_index)
+    refresh_token = None
+    if request.include_refresh_token:
+        refresh_token = tokens.refresh_token(shared, snapshot.version)
+    prepared = None
+    sections: list[Section] = []
+    if selection.templates is not None:
+        prepared = PreparedFiles(selection.templates, context.signer)
+    elif selection.files is not None:
+        sections.append(FileSection(selection.files, context))
+    asked = inputs.caps.include_end_stream_action
+    return QueryPlan(
+        version=snapshot.version,
+        response_format=response_format,
+        head=selection.head,
+        sections=sections,
+        writer=writer,
+        end_stream=asked or paged or request.include_refresh_token,
+        header_end_stream=asked,
+        next_page_token=next_page_token,
+        refresh_token=refresh_token,
+        prepared=prepared,
+        inline=is_small(selection.num_files),
+    )
+
+
+def _selection_key(
+    inputs: QueryInputs,
+    snapshot: Snapshot,
+    context: FileContext,
+    response_format: str,
+    start: int,
+    size: int | None,
+) -> tuple[object, ...]:
+    """Everything a selection depends on: the table (as configured) and its version, the
+    response format and id scheme, time travel, and the request's hints and page."""
+    shared, request = inputs.shared, inputs.request
+    return (
+        shared.full_name,
+        shared.config.location,
+        shared.config.storage,
+        shared.config.history_shared,
+        snapshot.table_root,
+        snapshot.version,
+        snapshot.metadata.id,
+        response_format,
+        context.id_scheme,
+        context.version,
+        context.timestamp,
+        request.json_predicate_hints,
+        request.predicate_hints,
+        request.limit_hint,
+        start,
+        size,
+    )
+
+
+def _select(
+    inputs: QueryInputs,
+    snapshot: Snapshot,
+    response_format: str,
+    context: FileContext,
+    start: int,
+    size: int | None,
+    hints: HintSettings,
+) -> Selection:
+    """The head lines and the files of this response (of this page when `size` is set);
+    a small selection also gets the templates of its lines."""
+    shared, request = inputs.shared, inputs.request
     check_parquet_readable(response_format, snapshot.files)
     writer = writer_for(response_format)
     head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
-    id_scheme = inputs.file_id_hash or response_format
     # File ids are hashed once per snapshot (cached) and travel with the rows from here.
-    selected = with_file_ids(snapshot.files, id_scheme)
-    paged = request.max_files is not None or request.page_token is not None
+    selected = with_file_ids(snapshot.files, context.id_scheme)
     # Filter before sorting: the stats cache is keyed by the snapshot's own buffers, which
     # a sort would copy (every paged request would parse all stats again). Filtering keeps
     # order, so the sorted result is the same either way.
@@ -76,7 +179,7 @@ def plan_query(
         evaluate_json=hints.evaluate_json,
         evaluate_sql=hints.evaluate_sql,
     )
-    if paged:
+    if size is not None:
         # Pages index into the file list, so its order must not depend on how the snapshot
         # was built (incrementally in this process, or from a checkpoint in another one).
         selected = selected.take(pc.sort_indices(selected.column("path")))
@@ -84,40 +187,24 @@ def plan_query(
         # With predicates the client filters rows after reading, and a kept file may
         # hold no matching row: cutting files by row count could drop the ones it wants.
         selected = apply_limit(selected, request.limit_hint)
-
-    start = pinned.start_index if pinned is not None and request.page_token else 0
-    next_page_token = None
-    if paged:
-        size = min(request.max_files or page_size_limit, page_size_limit)
+    next_index = None
+    if size is not None:
         end = start + size
         if end < selected.num_rows:
-            this = PinnedVersion(snapshot.version, 0, resolved.time_travel)
-            next_page_token = tokens.page_token(shared, request, this, end)
+            next_index = end
         selected = selected.slice(start, size)
-    refresh_token = None
-    if request.include_refresh_token:
-        refresh_token = tokens.refresh_token(shared, snapshot.version)
-
-    context = FileContext(
-        storage=snapshot.storage,
-        table_root=snapshot.table_root,
-        signer=signer_for(snapshot),
-        id_scheme=id_scheme,
-        version=snapshot.version if resolved.time_travel else None,
-        timestamp=resolved.commit_timestamp if resolved.time_travel else None,
-    )
-    asked = inputs.caps.include_end_stream_action
-    return QueryPlan(
-        version=snapshot.version,
-        response_format=response_format,
-        head=head,
-        sections=[FileSection(selected, context)],
-        writer=writer,
-        end_stream=asked or paged or request.include_refresh_token,
-        header_end_stream=asked,
-        next_page_token=next_page_token,
-        refresh_token=refresh_token,
-    )
+    if not is_small(selected.num_rows):
+        return Selection(head, selected, None, next_index, selected.num_rows)
+    batches = [line_templates(writer, batch, context) for batch in selected.to_batches()]
+    templates = None
+    if all(t is not None for t in batches):
+        templates = LineTemplates.joined([t for t in batches if t is not None])
+    if templates is not None:
+        return Selection(head, None, templates, next_index, selected.num_rows)
+    # Lines that cannot be templated (deletion vectors in files) are written per request
+    # from a copy of the few rows, which does not keep the snapshot's buffers alive.
+    copied = selected.take(pa.array(range(selected.num_rows), pa.int64()))
+    return Selection(head, copied, None, next_index, selected.num_rows)
 
 
 def _pinned(inputs: QueryInputs, tokens: QueryTokens) -> PinnedVersion | None:
