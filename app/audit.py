@@ -7,8 +7,11 @@ actions, and the body bytes the connection took) and, once the response is over,
 `lakeshare.audit` JSON log. Body bytes count once the server has handed them to the
 connection and the client had not gone away, so a range request or an aborted download
 counts what was sent, not the file's size. Signed file downloads are attributed to the
-recipient the URL was signed for (`attribute_to`). Requests with no principal on
-`request.state` (health, metrics, refused requests) leave no record here. Nothing secret is
+recipient the URL was signed for (`attribute_to`). A refused authentication (`refused`)
+leaves a record with its reason and the recipient it claimed when known, within the
+`RefusalBudget` per client address (the rest are counted in a metric, so a flood of bad
+credentials cannot flood the store). Other requests with no principal on `request.state`
+(health, metrics) leave no record. Nothing secret is
 recorded: the path parameters are names, the query string and headers other than the user
 agent are not read.
 """
@@ -17,14 +20,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sharing.recipients.audit import AuditEvent
+from sharing.recipients.audit import AuditEvent, RefusalBudget
 from sharing.recipients.model import Principal
+from sharing.recipients.refusals import Refusal
 
-__all__ = ["AuditMiddleware", "attribute_to"]
+__all__ = ["AuditMiddleware", "attribute_to", "refused"]
 
 log = logging.getLogger("lakeshare.audit")
 
@@ -41,9 +46,24 @@ def attribute_to(request: Request, recipient: str, credential_id: str | None) ->
     request.state.recipient = recipient
 
 
+def refused(request: Request, refusal: Refusal) -> None:
+    """Mark a request as a refused authentication, for its audit record."""
+    request.state.refusal = refusal
+
+
 class AuditMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        refusals: RefusalBudget | None = None,
+        on_unrecorded: Callable[[], None] | None = None,
+    ) -> None:
+        """`refusals` bounds the records of refused authentications (None: none recorded);
+        `on_unrecorded` is called for each refusal left out."""
         self.app = app
+        self._refusals = refusals
+        self._on_unrecorded = on_unrecorded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -92,22 +112,35 @@ class AuditMiddleware:
     ) -> None:
         state = scope.get("state") or {}
         principal = state.get("principal")
-        if not isinstance(principal, Principal):
-            return
+        client = scope.get("client")
+        address = client[0] if client else None
+        refusal: Refusal | None = None
+        who: tuple[str | None, str | None]
+        if isinstance(principal, Principal):
+            who = (principal.recipient, principal.credential_id)
+        else:
+            refusal = state.get("refusal")
+            if not isinstance(refusal, Refusal) or self._refusals is None:
+                return
+            if not self._refusals.admit(address):
+                if self._on_unrecorded is not None:
+                    self._on_unrecorded()
+                return
+            who = (refusal.recipient, refusal.credential_id)
         app = scope.get("app")
         recipients = getattr(getattr(app, "state", None), "recipients", None)
         params = scope.get("path_params") or {}
         route = scope.get("route")
         headers = dict(scope.get("headers") or [])
-        client = scope.get("client")
-        files = None if lines is None or status >= 400 else max(lines - _HEADER_LINES, 0)
+        served = refusal is None and status < 400
+        files = None if lines is None or not served else max(lines - _HEADER_LINES, 0)
         event = AuditEvent(
             at=int(time.time() * 1000),
             operation=getattr(route, "name", None) or scope.get("method", "?"),
             status=status,
-            recipient=principal.recipient,
-            credential_id=principal.credential_id,
-            client=client[0] if client else None,
+            recipient=who[0],
+            credential_id=who[1],
+            client=address,
             user_agent=headers.get(b"user-agent", b"").decode("latin-1")[:500] or None,
             share=params.get("share"),
             schema=params.get("schema"),
@@ -115,8 +148,9 @@ class AuditMiddleware:
             file=params.get("path"),
             version=version,
             files=files,
-            bytes=size if params.get("table") else None,
+            bytes=size if params.get("table") and refusal is None else None,
             request_id=state.get("request_id"),
+            reason=refusal.reason.value if refusal is not None else None,
         )
         log.info("audit", extra={"audit": event.to_json()})
         writer = getattr(recipients, "writer", None)

@@ -21,9 +21,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from app.audit import refused
 from sharing.catalog import Catalog
+from sharing.errors import SharingError
 from sharing.recipients.directory import Challenge
 from sharing.recipients.model import Principal
+from sharing.recipients.refusals import refusal_of
 from sharing.recipients.runtime import Recipients
 
 __all__ = [
@@ -44,10 +47,14 @@ async def authenticate(request: Request) -> Principal:
     directory = recipients.directory
     header = request.headers.get("authorization")
     client = request.client.host if request.client else None
-    if directory.needs_io(header):
-        principal = await run_in_threadpool(directory.authenticate, header, client)
-    else:
-        principal = directory.authenticate(header, client)
+    try:
+        if directory.needs_io(header):
+            principal = await run_in_threadpool(directory.authenticate, header, client)
+        else:
+            principal = directory.authenticate(header, client)
+    except SharingError as exc:  # 401/403: audited (app.audit) with its reason
+        refused(request, refusal_of(exc))
+        raise
     state = request.state
     state.principal = principal
     state.recipient = principal.recipient

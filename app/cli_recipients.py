@@ -129,6 +129,9 @@ def add_recipient_commands(commands: Any) -> None:
     audit.add_argument("--recipient", help="only this recipient")
     audit.add_argument("--share", help="only this share")
     audit.add_argument("--since", metavar="TIME", help="ISO-8601 time or a duration ago (1h)")
+    audit.add_argument(
+        "--failed", action="store_true", help="only refused authentications (401/403)"
+    )
     audit.add_argument("--limit", type=int, default=1000, help="newest N records (default 1000)")
     audit.add_argument("--format", choices=("table", "json"), default="table")
     audit.set_defaults(handler=_audit)
@@ -412,6 +415,7 @@ def _audit(args: argparse.Namespace) -> int:
             recipient=args.recipient,
             share=args.share,
             since=since,
+            failed=args.failed,
             limit=max(1, args.limit),
         )
         if args.format == "json":
@@ -429,6 +433,7 @@ def _audit(args: argparse.Namespace) -> int:
             "FILES",
             "BYTES",
             "STATUS",
+            "REASON",
         )
         rows = [
             (
@@ -442,6 +447,7 @@ def _audit(args: argparse.Namespace) -> int:
                 "-" if e.files is None else str(e.files),
                 "-" if e.bytes is None else str(e.bytes),
                 str(e.status),
+                e.reason or "-",
             )
             for e in events
         ]

@@ -23,6 +23,7 @@ from sharing.config import ServerConfig
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
+from sharing.recipients.audit import RefusalBudget
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.skipping.warm import StatsWarmer
@@ -113,7 +114,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(LimitsMiddleware, config=config)  # inside the timeout and request id
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
-    app.add_middleware(AuditMiddleware)
+    app.add_middleware(
+        AuditMiddleware,
+        refusals=RefusalBudget(config.store.failed_auth_audit_per_minute),
+        on_unrecorded=metrics.refusal_unrecorded if metrics is not None else None,
+    )
     # Added last = outermost.
     app.add_middleware(
         RequestContextMiddleware,

@@ -158,6 +158,12 @@ class Metrics:
             buckets=_SIGN_BUCKETS,
             registry=reg,
         )
+        self.refusals_unrecorded = Counter(
+            "lakeshare_audit_refusals_unrecorded",
+            "Refused authentications not written to the audit trail: over the per-address "
+            "budget (store.failedAuthAuditPerMinute).",
+            registry=reg,
+        )
         self.urls_signed = Counter(
             "lakeshare_urls_signed",
             "URLs signed (data files and deletion vector files), by signer.",
@@ -195,6 +201,9 @@ class Metrics:
             return
         self.snapshot_cache.labels("miss").inc()
         self.snapshot_load.labels(source).observe(seconds)
+
+    def refusal_unrecorded(self) -> None:
+        self.refusals_unrecorded.inc()
 
     def signed(self, signer: str, urls: int, seconds: float) -> None:
         self.signing.labels(signer).observe(seconds)

@@ -177,7 +177,12 @@ class CheckpointReader:
         return None
 
     def parts(self) -> Iterator[CheckpointPart]:
-        """The file actions (and other actions) row group by row group, in file order."""
+        """The file actions (and other actions) row group by row group, in file order.
+        Before each part, the memory the previous row groups' decoding left free is given
+        back to the system rather than after the allocator's purge delay: a large
+        checkpoint's transient buffers would otherwise stay in the reader's peak memory
+        (about 60 MB of 430 for a million files)."""
+        pool = pa.default_memory_pool()
         for part in self._head:
             yield self._conformed(part)
         tasks = [
@@ -187,6 +192,7 @@ class CheckpointReader:
         ]
         workers = max(1, min(_ROW_GROUP_WORKERS, os.cpu_count() or 1))
         for part in _in_order(tasks, workers):
+            pool.release_unused()
             yield self._conformed(part)
 
     def _group_tasks(

@@ -3,14 +3,19 @@ bulk from the `stats` strings, so data skipping on a stored snapshot reads typed
 instead of parsing JSON (see deltalog.snapshot_store, which writes it into the stored file
 for every later process and restart to map).
 
-Only what converts exactly is typed: `numRecords` and, per column of an integer, floating
-point, boolean or string type (physical names, the first `MAX_COLUMNS` leaves), its
-`minValues`, `maxValues` (as their JSON value types: int64, float64, bool, string) and
-`nullCount`. Dates, timestamps and decimals stay JSON. The strings are handed to Arrow's
-JSON reader in groups, zero-copy, with an explicit schema naming only those fields; a group
-the reader rejects (an odd value such as `"NaN"`, malformed JSON) is left null, and a null
-`stats_parsed` means "read this row's JSON", which readers of the column already do for
-rows that came from commits.
+Typed is `numRecords` and, per column of an integer, floating point, boolean, string,
+decimal, date or timestamp type (physical names, the first `MAX_COLUMNS` leaves), its
+`minValues`, `maxValues` and `nullCount`, each value exactly what data skipping makes of the
+JSON (sharing.skipping.stats): integers as int64, floats and decimals as the float64 the
+JSON number reads as, booleans, strings, dates as date32, and timestamps (written as ISO
+strings, truncated to milliseconds; readers widen the max) as microseconds, UTC for
+`timestamp` (a value without an offset is UTC) and wall-clock for `timestamp_ntz` (where a
+value with an offset is not typed). The strings are handed to Arrow's JSON reader in
+groups, zero-copy, with an explicit schema naming only those fields (dates and timestamps
+read as strings, then converted in bulk by `temporal_values`); a group the reader or a
+conversion rejects (an odd value such as `"NaN"`, malformed JSON, a timestamp form Arrow
+does not cast) is left null, and a null `stats_parsed` means "read this row's JSON", which
+readers of the column already do for rows that came from commits.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from deltalog.file_chunks import FileChunks
 from deltalog.schema import (
     ArrayType,
     DataType,
+    DecimalType,
     MapType,
     PrimitiveType,
     StructType,
@@ -35,7 +41,7 @@ from deltalog.schema import (
     parse_schema,
 )
 
-__all__ = ["MAX_COLUMNS", "stats_type", "typed_stats", "with_typed_stats"]
+__all__ = ["MAX_COLUMNS", "stats_type", "temporal_values", "typed_stats", "with_typed_stats"]
 
 # Delta collects statistics for the first 32 leaf columns by default.
 MAX_COLUMNS = 32
@@ -50,7 +56,35 @@ _VALUE_TYPES: dict[str, pa.DataType] = {
     "double": pa.float64(),
     "boolean": pa.bool_(),
     "string": pa.string(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
 }
+# An offset at the end of an ISO timestamp.
+_ZONE = r"(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$"
+
+
+def temporal_values(strings: pa.Array, target: pa.DataType) -> pa.Array | None:
+    """Statistics strings as `target` (date32, or timestamp[us] with or without a UTC
+    zone), in bulk with Arrow's casts; None when a cast rejects a value (the caller reads
+    those values another way). Timestamps: an offset is applied, none means UTC (or
+    wall-clock time for a zone-less target, where a value with an offset is null)."""
+    try:
+        if pa.types.is_date32(target):
+            return pc.cast(strings, pa.date32())
+        zoned = pc.fill_null(pc.match_substring_regex(strings, _ZONE), False)
+        any_zoned = zoned.true_count > 0
+        naive_part = (
+            pc.if_else(zoned, pa.scalar(None, pa.string()), strings) if any_zoned else strings
+        )
+        naive = pc.cast(pc.cast(naive_part, pa.timestamp("us")), pa.int64())
+        if target.tz is None or not any_zoned:
+            return pc.cast(naive, target)
+        zoned_part = pc.if_else(zoned, strings, pa.scalar(None, pa.string()))
+        aware = pc.cast(pc.cast(zoned_part, pa.timestamp("us", tz="UTC")), pa.int64())
+        return pc.cast(pc.if_else(zoned, aware, naive), target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def stats_type(metadata: Metadata) -> pa.StructType | None:
@@ -82,9 +116,12 @@ def stats_type(metadata: Metadata) -> pa.StructType | None:
                     counts.append(pa.field(name, pa.struct(inner_counts)))
                 continue
             budget[0] -= 1
-            if isinstance(kind, (ArrayType, MapType)) or not isinstance(kind, PrimitiveType):
+            if isinstance(kind, DecimalType):
+                value_type: pa.DataType | None = pa.float64()
+            elif isinstance(kind, (ArrayType, MapType)) or not isinstance(kind, PrimitiveType):
                 continue
-            value_type = _VALUE_TYPES.get(kind.name)
+            else:
+                value_type = _VALUE_TYPES.get(kind.name)
             if value_type is None:
                 continue
             values.append(pa.field(name, value_type))
@@ -109,12 +146,11 @@ def typed_stats(stats: pa.Array, struct: pa.StructType) -> pa.StructArray:
     statistics or its group could not be read)."""
     if pa.types.is_large_string(stats.type):
         stats = stats.cast(pa.string())
-    schema = pa.schema(list(struct))
     groups = _groups(stats)
     if len(groups) > 1:  # the reader releases the GIL: groups are parsed on every core
-        parts = list(_executor().map(lambda g: _group(stats.slice(*g), schema), groups))
+        parts = list(_executor().map(lambda g: _group(stats.slice(*g), struct), groups))
     else:
-        parts = [_group(stats.slice(start, size), schema) for start, size in groups]
+        parts = [_group(stats.slice(start, size), struct) for start, size in groups]
     if not parts:
         return pa.array([], struct)
     chunks = pa.chunked_array(parts, struct).combine_chunks()
@@ -170,8 +206,34 @@ def _data_end(stats: pa.Array, index: int) -> int:
     return int(offsets[index].as_py())
 
 
-def _group(group: pa.Array, schema: pa.Schema) -> pa.StructArray:
-    struct = pa.struct(list(schema))
+def _as_read(data_type: pa.DataType) -> pa.DataType:
+    """The type the JSON reader is asked for: dates and timestamps as their strings."""
+    if pa.types.is_struct(data_type):
+        return pa.struct([pa.field(f.name, _as_read(f.type)) for f in data_type])
+    if pa.types.is_date32(data_type) or pa.types.is_timestamp(data_type):
+        return pa.string()
+    return data_type
+
+
+def _as_typed(values: pa.Array, data_type: pa.DataType) -> pa.Array | None:
+    """Read `values` (of `_as_read(data_type)`) as `data_type`; None when a value does
+    not convert."""
+    if values.type == data_type:
+        return values
+    if pa.types.is_struct(data_type):
+        children = []
+        for i, field in enumerate(data_type):
+            child = _as_typed(pc.struct_field(values, [i]), field.type)
+            if child is None:
+                return None
+            children.append(child)
+        mask = values.is_null() if values.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(data_type), mask=mask)
+    return temporal_values(values, data_type)
+
+
+def _group(group: pa.Array, struct: pa.StructType) -> pa.StructArray:
+    schema = pa.schema([pa.field(f.name, _as_read(f.type)) for f in struct])
     usable = pc.fill_null(pc.greater(pc.binary_length(group), 0), False)
     n_usable = int(pc.sum(usable).as_py() or 0)
     if n_usable == 0:
@@ -191,9 +253,12 @@ def _group(group: pa.Array, schema: pa.Schema) -> pa.StructArray:
         return pa.nulls(len(group), struct)
     if table.num_rows != n_usable:  # e.g. a string holding two objects: trust none
         return pa.nulls(len(group), struct)
-    parsed = pa.StructArray.from_arrays(
+    read = pa.StructArray.from_arrays(
         [table.column(name).combine_chunks() for name in schema.names], fields=list(schema)
     )
+    parsed = _as_typed(read, struct)
+    if parsed is None:
+        return pa.nulls(len(group), struct)
     if n_usable == len(group):
         return parsed
     positions = pc.subtract(pc.cumulative_sum(pc.cast(usable, pa.int64())), 1)

@@ -85,7 +85,9 @@ except ImportError:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 MAGIC = b"LKSNAP01"
-FORMAT = 1
+# The layout and contents of a file; files of another format are rebuilt, never served.
+# 2: typed statistics include dates, timestamps and decimals (deltalog.json_stats).
+FORMAT = 2
 SUFFIX = ".snapshot"
 _TRAILER = struct.Struct("<QQI8s")
 _ALIGN = 64
@@ -659,9 +661,6 @@ def _stream(
         with writer.section("files", layout) as write:
             sink = ChunkSink(write)
             for part in reader.parts():
-                # Give the previous row group's memory back now rather than after the
-                # allocator's purge delay: that is what keeps a large build's peak low.
-                pa.default_memory_pool().release_unused()
                 non_file.append(CheckpointPart(non_file=part.non_file))
                 removes += part.removes
                 for adds in part.adds:

@@ -251,11 +251,19 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         recipient: str | None = None,
         share: str | None = None,
         since: Annotated[str | None, Query(description="ISO-8601 time")] = None,
+        failed: Annotated[
+            bool, Query(description="only refused authentications (401/403)")
+        ] = False,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     ) -> JsonResponse:
         since_ms = int(parse_instant(since).timestamp() * 1000) if since else None
         events = query_events(
-            repository.store, recipient=recipient, share=share, since=since_ms, limit=limit
+            repository.store,
+            recipient=recipient,
+            share=share,
+            since=since_ms,
+            failed=failed,
+            limit=limit,
         )
         return JsonResponse({"items": [e.to_json() for e in events]})
 

@@ -10,12 +10,16 @@ cannot read is a JSON error (logged at ERROR), never a 200 with a cut-off body.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from app.audit import attribute_to
+from app.audit import attribute_to, refused
+from sharing.errors import Forbidden
 from sharing.presign.local_verify import FileServer, OpenedFile, url_holder
+from sharing.recipients.refusals import refusal_of
 
 __all__ = ["router"]
 
@@ -34,16 +38,25 @@ def _file_server(request: Request) -> FileServer:
 async def serve_file(request: Request, share: str, schema: str, table: str, path: str) -> Response:
     params = request.query_params
     holder = url_holder(params.get("rcp"), params.get("cid"))
-    found = await run_in_threadpool(
-        _file_server(request).open,
-        share,
-        schema,
-        table,
-        path,
-        params.get("exp"),
-        params.get("sig"),
-        holder,
-    )
+    try:
+        found = await run_in_threadpool(
+            _file_server(request).open,
+            share,
+            schema,
+            table,
+            path,
+            params.get("exp"),
+            params.get("sig"),
+            holder,
+        )
+    except Forbidden as exc:  # audited with the recipient the URL claims
+        refusal = refusal_of(exc)
+        if holder is not None:
+            refusal = replace(
+                refusal, recipient=holder.recipient, credential_id=holder.credential_id
+            )
+        refused(request, refusal)
+        raise
     if holder is not None:  # always, once open() accepted the signature
         attribute_to(request, holder.recipient, holder.credential_id)
     head = request.method == "HEAD"

@@ -345,6 +345,9 @@ class StoreConfig(Section):
     ] = 2
     audit_retention_days: NonNegative = 90
     last_used_flush_seconds: Positive = 30
+    # Refused authentications recorded per client address and minute (0: none); the rest
+    # are counted in the metric lakeshare_audit_refusals_unrecorded.
+    failed_auth_audit_per_minute: NonNegative = 10
 
 
 class AdminConfig(Section):

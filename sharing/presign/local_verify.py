@@ -26,6 +26,7 @@ from sharing.catalog import Catalog
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
+from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
 
 log = logging.getLogger("lakeshare.files")
 
@@ -74,26 +75,26 @@ class FileServer:
         """The file a signed URL names, or Forbidden / ResourceNotFound. `holder` is what
         the URL's `rcp` and `cid` parameters name (see `url_holder`)."""
         if expires is None or signature is None or holder is None:
-            raise Forbidden("The URL is not signed.")
+            raise _not_signed()
         try:
             expires_ms = parse_integer(expires, INT64, signs="")
         except NotAnInteger:
-            raise Forbidden("The URL is not signed.") from None
+            raise _not_signed() from None
         except OutOfRange:  # never signed: no expiry this server makes is that far away
-            raise Forbidden("The URL signature is invalid.") from None
+            raise _invalid_signature() from None
         if not _SIGNATURE.match(signature):
-            raise Forbidden("The URL signature is invalid.")
+            raise _invalid_signature()
         try:
             shared = self._catalog.get_table(share, schema, table)
         except ResourceNotFound:
-            raise Forbidden("The URL signature is invalid.") from None
+            raise _invalid_signature() from None
         key = table_key(self._master, shared.share, shared.schema, shared.name)
         expected = url_signature(key, relative, expires_ms, holder)
         if not hmac.compare_digest(expected, signature):
-            raise Forbidden("The URL signature is invalid.")
+            raise _invalid_signature()
         now = int(time.time() * 1000) if now_ms is None else now_ms
         if expires_ms < now:
-            raise Forbidden("The URL has expired.")
+            raise RefusedForbidden("The URL has expired.", Refusal(Reason.URL_EXPIRED))
         path = resolve_inside(shared.config.location, relative)
         try:
             st = os.stat(path)
@@ -102,6 +103,14 @@ class FileServer:
         if not stat.S_ISREG(st.st_mode):
             raise ResourceNotFound("The file does not exist (it may have been vacuumed).")
         return LocalFile(path=path, size=st.st_size)
+
+
+def _not_signed() -> RefusedForbidden:
+    return RefusedForbidden("The URL is not signed.", Refusal(Reason.URL_NOT_SIGNED))
+
+
+def _invalid_signature() -> RefusedForbidden:
+    return RefusedForbidden("The URL signature is invalid.", Refusal(Reason.URL_SIGNATURE_INVALID))
 
 
 def url_holder(recipient: str | None, credential_id: str | None) -> UrlHolder | None:

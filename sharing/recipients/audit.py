@@ -1,5 +1,6 @@
-"""The audit trail: one record per authenticated request, to the store (kept
-`auditRetentionDays`) and to the JSON log (logger `lakeshare.audit`).
+"""The audit trail: one record per authenticated request and per refused authentication
+(its `reason` set, at most `failedAuthAuditPerMinute` per client address), to the store
+(kept `auditRetentionDays`) and to the JSON log (logger `lakeshare.audit`).
 
 Records are buffered in memory and written in batches by `StoreWriter` (about once a
 second), never one database write per request on the request's path. A record holds names,
@@ -9,17 +10,19 @@ ids, counts and the client's address — never a token, secret, signature or sig
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from sqlalchemy import delete, insert, select
 
+from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.store import Store
 from sharing.store import schema as t
 from sharing.store.clock import now_ms
 
-__all__ = ["AuditEvent", "delete_older_than", "insert_events", "query_events"]
+__all__ = ["AuditEvent", "RefusalBudget", "delete_older_than", "insert_events", "query_events"]
 
 log = logging.getLogger("lakeshare.audit")
 
@@ -41,6 +44,7 @@ class AuditEvent:
     files: int | None = None
     bytes: int | None = None
     request_id: str | None = None
+    reason: str | None = None  # a refused authentication: why (sharing.recipients.refusals)
 
     def to_json(self) -> dict[str, Any]:
         # Every field is a scalar: reading them is enough (dataclasses.asdict deep-copies,
@@ -62,6 +66,32 @@ class AuditEvent:
 
 
 _FIELDS = tuple(field.name for field in fields(AuditEvent))
+
+
+class RefusalBudget:
+    """Which refused authentications the audit trail records, so that a flood of bad
+    credentials cannot flood the store: at most `per_address` records per client address
+    and `per_address * TOTAL_FACTOR` in all per minute, per process (0: none). The caller
+    counts the others in a metric."""
+
+    TOTAL_FACTOR = 100
+
+    def __init__(
+        self,
+        per_address: int,
+        *,
+        window_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._off = per_address <= 0
+        self._by_address = FailedAttempts(per_address, window_seconds, clock=clock)
+        self._total = FailedAttempts(per_address * self.TOTAL_FACTOR, window_seconds, clock=clock)
+
+    def admit(self, address: str | None) -> bool:
+        """Whether a refusal from `address` is recorded (and counted against the budget)."""
+        if self._off:
+            return False
+        return self._by_address.take(address) and self._total.take(None)
 
 
 def insert_events(store: Store, events: Iterable[AuditEvent]) -> None:
@@ -86,10 +116,14 @@ def query_events(
     recipient: str | None = None,
     share: str | None = None,
     since: int | None = None,
+    failed: bool = False,
     limit: int = 1000,
 ) -> list[AuditEvent]:
-    """The newest `limit` records matching the filters, oldest first."""
+    """The newest `limit` records matching the filters, oldest first; `failed`: only
+    refused authentications."""
     query = select(t.audit_events)
+    if failed:
+        query = query.where(t.audit_events.c.reason.is_not(None))
     if recipient:
         query = query.where(t.audit_events.c.recipient == recipient.lower())
     if share:

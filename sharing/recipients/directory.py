@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sharing.config import ServerConfig
-from sharing.errors import Forbidden, Unauthenticated
+from sharing.errors import Unauthenticated
 from sharing.recipients.hashing import (
     hash_token,
     is_password_hash,
@@ -52,6 +52,7 @@ from sharing.recipients.model import (
     RecipientSource,
 )
 from sharing.recipients.names import ALL_SHARES, parse_instant, parse_networks, recipient_name
+from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
 from sharing.recipients.repository import COUNTER, RecipientRepository
 from sharing.store import Store
 from sharing.store.clock import now_ms
@@ -74,12 +75,22 @@ _MAX_HEADER_CHARS = 8192
 _NEGATIVE_CACHE_LIMIT = 10_000
 
 
-class Challenge(Unauthenticated):
-    """A 401 with its `WWW-Authenticate` header (RFC 6750 / RFC 7617)."""
+_UNKNOWN_CREDENTIALS = Refusal(Reason.INVALID_CREDENTIALS)
 
-    def __init__(self, message: str, challenge: str) -> None:
+
+class Challenge(Unauthenticated):
+    """A 401 with its `WWW-Authenticate` header (RFC 6750 / RFC 7617), and why (for the
+    audit trail)."""
+
+    def __init__(
+        self,
+        message: str,
+        challenge: str,
+        refusal: Refusal = _UNKNOWN_CREDENTIALS,
+    ) -> None:
         super().__init__(message)
         self.headers = {"WWW-Authenticate": challenge}
+        self.refusal = refusal
 
 
 _REALM = 'Bearer realm="delta-sharing"'
@@ -87,8 +98,12 @@ _MISSING = "Missing credentials in the Authorization header."
 _INVALID = "The bearer token is invalid or has expired."
 
 
-def _invalid() -> Challenge:
-    return Challenge(_INVALID, f'{_REALM}, error="invalid_token"')
+def _invalid(refusal: Refusal = _UNKNOWN_CREDENTIALS) -> Challenge:
+    return Challenge(_INVALID, f'{_REALM}, error="invalid_token"', refusal)
+
+
+def _missing() -> Challenge:
+    return Challenge(_MISSING, _REALM, Refusal(Reason.MISSING_CREDENTIALS))
 
 
 @dataclass(frozen=True)
@@ -183,7 +198,7 @@ class RecipientDirectory:
         if not authorization:
             if self.anonymous:
                 return ANONYMOUS
-            raise Challenge(_MISSING, _REALM)
+            raise _missing()
         if len(authorization) > _MAX_HEADER_CHARS:
             raise _invalid()
         scheme, _, value = authorization.strip().partition(" ")
@@ -198,7 +213,7 @@ class RecipientDirectory:
                         return self.principal_for(
                             verified.recipient, verified.credential_id, client
                         )
-                raise _invalid()
+                raise _invalid(self._claimed_by(value))
         elif scheme == "basic" and value:
             entry = self._basic(value)
             if entry is None:
@@ -208,11 +223,13 @@ class RecipientDirectory:
                     'charset="UTF-8"',
                 )
         else:
-            raise Challenge(_MISSING, _REALM)
+            raise _missing()
         credential, recipient = entry
         now = now_ms()
         if not credential.usable(now):
-            raise _invalid()
+            revoked = credential.revoked_at is not None and now >= credential.revoked_at
+            reason = Reason.CREDENTIAL_REVOKED if revoked else Reason.CREDENTIAL_EXPIRED
+            raise _invalid(Refusal(reason, recipient.name, credential.id))
         principal = self._admit(recipient, credential.id, client, now)
         if self.on_used is not None:
             self.on_used(credential.id, now)
@@ -267,14 +284,32 @@ class RecipientDirectory:
         self, recipient: Recipient, credential_id: str | None, client: str | None, now: int
     ) -> Principal:
         if not recipient.enabled:
-            raise Forbidden(f"recipient '{recipient.name}' is disabled")
+            raise RefusedForbidden(
+                f"recipient '{recipient.name}' is disabled",
+                Refusal(Reason.RECIPIENT_DISABLED, recipient.name, credential_id),
+            )
         if recipient.expired(now):
-            raise Forbidden(f"recipient '{recipient.name}' has expired")
+            raise RefusedForbidden(
+                f"recipient '{recipient.name}' has expired",
+                Refusal(Reason.RECIPIENT_EXPIRED, recipient.name, credential_id),
+            )
         if not recipient.allows_address(client):
-            raise Forbidden(f"requests from {client or 'an unknown address'} are not allowed")
+            raise RefusedForbidden(
+                f"requests from {client or 'an unknown address'} are not allowed",
+                Refusal(Reason.ADDRESS_NOT_ALLOWED, recipient.name, credential_id),
+            )
         return Principal(
             recipient=recipient.name, credential_id=credential_id, shares=recipient.shares
         )
+
+    def _claimed_by(self, token: str) -> Refusal:
+        """A refused store token names a credential: the refusal names it and its recipient
+        when that credential exists (an unknown id is recorded as no one)."""
+        credential_id = token_credential_id(token)
+        entry = self.credential(credential_id) if credential_id is not None else None
+        if entry is None:
+            return _UNKNOWN_CREDENTIALS
+        return Refusal(Reason.INVALID_CREDENTIALS, entry[1].name, entry[0].id)
 
     def _bearer(self, token: str) -> _Entry | None:
         credential_id = token_credential_id(token)

@@ -1,9 +1,10 @@
 """Vectorised conversion of statistics strings (dates, ISO timestamps) to Arrow values.
 
 Writers format these differently (`Z`, `+01:00`, no offset for timestamp_ntz, odd
-precisions); Arrow's casts handle the common forms in bulk, and anything they reject is
-parsed once per distinct string in Python. A value that parses nowhere becomes null,
-which the evaluator reads as "unknown".
+precisions); Arrow's casts handle the common forms in bulk (deltalog.json_stats's
+`temporal_values`, the same conversion the snapshot store's typed statistics use), and
+anything they reject is parsed once per distinct string in Python. A value that parses
+nowhere becomes null, which the evaluator reads as "unknown".
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltalog.json_stats import temporal_values
 from sharing.skipping.expr import parse_date, parse_timestamp_micros
 
 
@@ -27,10 +29,10 @@ def convert(values: pa.Array, conversion: str) -> pa.Array:
 
 
 def dates(values: pa.Array) -> pa.Array:
-    try:
-        return pc.cast(values, pa.date32())
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _per_distinct(values, pa.date32(), _date_or_none)
+    converted = temporal_values(values, pa.date32())
+    if converted is not None:
+        return converted
+    return _per_distinct(values, pa.date32(), _date_or_none)
 
 
 def _date_or_none(text: str) -> object:
@@ -46,17 +48,10 @@ _ZONE = r"(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$"
 def micros(values: pa.Array, *, ntz: bool) -> pa.Array:
     """Microseconds since the epoch of ISO timestamps (offset applied; none means UTC,
     or wall-clock time for timestamp_ntz, where a value with an offset is unknown)."""
-    try:
-        zoned = pc.fill_null(pc.match_substring_regex(values, _ZONE), False)
-        naive_part = pc.if_else(zoned, pa.scalar(None, pa.string()), values)
-        naive = pc.cast(pc.cast(naive_part, pa.timestamp("us")), pa.int64())
-        if ntz or not pc.any(zoned).as_py():
-            return naive
-        zoned_part = pc.if_else(zoned, values, pa.scalar(None, pa.string()))
-        aware = pc.cast(pc.cast(zoned_part, pa.timestamp("us", tz="UTC")), pa.int64())
-        return pc.if_else(zoned, aware, naive)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _per_distinct(values, pa.int64(), lambda t: _micros_or_none(t, ntz=ntz))
+    converted = temporal_values(values, pa.timestamp("us", tz=None if ntz else "UTC"))
+    if converted is not None:
+        return pc.cast(converted, pa.int64())
+    return _per_distinct(values, pa.int64(), lambda t: _micros_or_none(t, ntz=ntz))
 
 
 def _micros_or_none(text: str, *, ntz: bool) -> object:

@@ -115,6 +115,7 @@ audit_events = Table(
     Column("status", Integer, nullable=False),
     # Added by later migrations (sharing/store/migrations.py adds them to older stores):
     Column("file", Text, nullable=True),  # 0004: a signed file download's path in the table
+    Column("reason", String(100), nullable=True),  # 0005: why an authentication was refused
 )
 Index("audit_events_at", audit_events.c.at)
 Index("audit_events_recipient_at", audit_events.c.recipient, audit_events.c.at)

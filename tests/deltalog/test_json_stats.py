@@ -4,6 +4,7 @@ and a store with `typed_stats` writes them into the file every process maps."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,23 @@ def _leaves(value: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], A
     return {prefix: value}
 
 
+def _as_json_value(typed: Any, text: Any) -> Any:
+    """The JSON value `text` read independently (Python's ISO parser) as the typed value's
+    kind: dates and timestamps are strings in the JSON."""
+    if not isinstance(text, str) or isinstance(typed, str) or typed is None:
+        return text
+    if isinstance(typed, dt.datetime):
+        parsed = dt.datetime.fromisoformat(text)
+        if typed.tzinfo is None:
+            assert parsed.tzinfo is None  # a wall-clock value with an offset is not typed
+            return parsed
+        zone = parsed.tzinfo or dt.UTC  # no offset: UTC
+        return parsed.replace(tzinfo=zone).astimezone(dt.UTC)
+    if isinstance(typed, dt.date):
+        return dt.date.fromisoformat(text)
+    return text
+
+
 def _check_against_json(stats: list[str | None], typed: list[dict[str, Any] | None]) -> int:
     """Every typed leaf equals the JSON's value at its path (None where the JSON has none);
     returns how many rows were typed."""
@@ -56,7 +74,7 @@ def _check_against_json(stats: list[str | None], typed: list[dict[str, Any] | No
                 expected = expected.get(part) if isinstance(expected, dict) else None
             if isinstance(expected, (dict, list)):
                 expected = None
-            assert value == expected, (path, value, expected, text)
+            assert value == _as_json_value(value, expected), (path, value, expected, text)
     return count
 
 
@@ -79,7 +97,7 @@ def _metadata(schema: list[tuple[str, str]], partitions: tuple[str, ...] = ()) -
     return Metadata.from_action(action)
 
 
-def test_only_exactly_convertible_columns_are_typed() -> None:
+def test_columns_are_typed_in_the_skipping_domain() -> None:
     metadata = _metadata(
         [
             ("i", "integer"),
@@ -88,7 +106,9 @@ def test_only_exactly_convertible_columns_are_typed() -> None:
             ("b", "boolean"),
             ("day", "date"),
             ("ts", "timestamp"),
+            ("ntz", "timestamp_ntz"),
             ("amount", "decimal(10,2)"),
+            ("bin", "binary"),
             ("p", "string"),
         ],
         partitions=("p",),
@@ -96,9 +116,48 @@ def test_only_exactly_convertible_columns_are_typed() -> None:
     struct = stats_type(metadata)
     assert struct is not None
     values = struct.field("minValues").type
-    assert [f.name for f in values] == ["i", "d", "s", "b"]
-    assert [f.type for f in values] == [pa.int64(), pa.float64(), pa.string(), pa.bool_()]
-    assert stats_type(_metadata([("day", "date")])) is None
+    assert [(f.name, f.type) for f in values] == [
+        ("i", pa.int64()),
+        ("d", pa.float64()),
+        ("s", pa.string()),
+        ("b", pa.bool_()),
+        ("day", pa.date32()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("ntz", pa.timestamp("us")),
+        ("amount", pa.float64()),
+    ]
+    assert stats_type(_metadata([("bin", "binary")])) is None
+
+
+def test_timestamps_follow_the_json_rules() -> None:
+    struct = stats_type(_metadata([("ts", "timestamp"), ("ntz", "timestamp_ntz")]))
+    assert struct is not None
+
+    def typed(lo_ts: str, lo_ntz: str) -> Any:
+        text = json.dumps(
+            {"numRecords": 1, "minValues": {"ts": lo_ts, "ntz": lo_ntz}, "maxValues": {}}
+        )
+        row = typed_stats(pa.array([text]), struct).to_pylist()[0]
+        return None if row is None else (row["minValues"]["ts"], row["minValues"]["ntz"])
+
+    utc = dt.UTC
+    # Offsets are applied; no offset means UTC (timestamp) or wall clock (timestamp_ntz).
+    assert typed("2021-01-01T00:00:00.123+01:00", "2021-01-01T00:00:00.123") == (
+        dt.datetime(2020, 12, 31, 23, 0, 0, 123000, tzinfo=utc),
+        dt.datetime(2021, 1, 1, 0, 0, 0, 123000),
+    )
+    assert typed("2021-01-01T00:00:00.000", "2021-01-01 10:00:00") == (
+        dt.datetime(2021, 1, 1, tzinfo=utc),
+        dt.datetime(2021, 1, 1, 10),
+    )
+    # A wall-clock value written with an offset says nothing: unknown, as in the JSON path.
+    assert typed("2021-01-01T00:00:00Z", "2021-01-01T00:00:00Z") == (
+        dt.datetime(2021, 1, 1, tzinfo=utc),
+        None,
+    )
+    # A form Arrow does not cast: the row is left to the JSON reader.
+    assert typed("+10000-01-01T00:00:00Z", "2021-01-01T00:00:00") is None
+    assert typed("not a time", "2021-01-01T00:00:00") is None
 
 
 def test_rows_the_reader_cannot_type_are_null() -> None:

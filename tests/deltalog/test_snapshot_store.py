@@ -11,16 +11,18 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
 import deltalake
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from deltalog import DeltaTable, Snapshot, SnapshotStore
-from deltalog.snapshot_store import SUFFIX, table_identity
+from deltalog.snapshot_store import _TRAILER, FORMAT, SUFFIX, table_identity
 from tests.support import REPO_ROOT
 from tests.support import handlog as h
 from tests.support.corpus import copy_table
@@ -540,3 +542,24 @@ def test_worker_processes_share_one_copy(tmp_path: Path) -> None:
     assert all(g < size_kb * 0.2 for g in shared), (shared, size_kb)
     assert private[0] > size_kb * 0.5, (private, size_kb)
     print(f"store file {size_kb} KiB; private growth with store {shared} KiB, without {private}")
+
+
+def test_file_of_an_older_format_is_rebuilt(
+    table: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file written by an earlier layout (here: its header says format 1, checksums
+    intact) is never served: it is rebuilt in the current format."""
+    caplog.set_level(logging.WARNING, logger="deltalog.snapshot_store")
+    store = SnapshotStore(tmp_path / "store")
+    version = DeltaTable(str(table), snapshot_store=store).snapshot().version
+    path = _store_file(store, table, version)
+    data = path.read_bytes()
+    offset, length, _, magic = _TRAILER.unpack(data[-_TRAILER.size :])
+    header = orjson.loads(data[offset : offset + length])
+    assert header["format"] == FORMAT
+    header["format"] = FORMAT - 1
+    raw = orjson.dumps(header)
+    path.write_bytes(data[:offset] + raw + _TRAILER.pack(offset, len(raw), zlib.crc32(raw), magic))
+    assert _built(_rebuilds(table, store))
+    assert "unknown format" in caplog.text
+    assert not _built(_rebuilds(table, store))

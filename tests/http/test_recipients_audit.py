@@ -21,6 +21,7 @@ from deltalake import write_deltalake
 
 from app.cli import main as cli
 from sharing.config import load_config
+from sharing.recipients.hashing import hash_token
 from tests.support.corpus import CORPUS
 from tests.support.postgres import fresh_database
 from tests.support.requirements import require
@@ -227,3 +228,110 @@ def test_a_url_naming_another_recipient_is_refused(
         assert response.status_code == 403
         assert response.headers["content-type"].startswith("application/json")
         assert set(response.json()) == {"errorCode", "message"}
+
+
+# -- refused authentications ------------------------------------------------------------------
+
+OLD_TOKEN = "old-recipient-token-0123456789abcdef0123456789"
+FENCED_TOKEN = "fenced-recipient-token-0123456789abcdef012345"
+
+
+def _with_settings(config_file: Path, **store: Any) -> Path:
+    """The configuration plus two configuration recipients (one expired, one fenced off to
+    another network) and the given `store` settings."""
+    document = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    document["store"].update(store)
+    document["metrics"] = {"requireToken": False}
+    document["recipients"] = [
+        {
+            "name": "old",
+            "shares": ["sales"],
+            "expires": "2001-01-01T00:00:00Z",
+            "credentials": [{"type": "bearer", "tokenHash": hash_token(OLD_TOKEN)}],
+        },
+        {
+            "name": "fenced",
+            "shares": ["sales"],
+            "ipAllowList": ["10.0.0.0/8"],
+            "credentials": [{"type": "bearer", "tokenHash": hash_token(FENCED_TOKEN)}],
+        },
+    ]
+    path = config_file.with_name("server-refusals.yaml")
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
+
+
+def test_refused_authentications_are_audited_with_their_reason(
+    config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file = _with_settings(config_file, failedAuthAuditPerMinute=50)
+    with run_server(load_config(config_file), tmp_path / "srv") as server:
+        make = {n: _create(config_file, server, n, tmp_path / f"{n}.share") for n in "abcd"}
+        tokens = {n: p["bearerToken"] for n, p in make.items()}
+        ids = {n: t.split("_")[1] for n, t in tokens.items()}
+        assert _cli(config_file, "revoke", "b") == 0
+        assert _cli(config_file, "disable", "c") == 0
+        wrong_secret = tokens["d"][:-4] + ("AAAA" if not tokens["d"].endswith("AAAA") else "BBBB")
+        url = _file_urls(server, {"Authorization": f"Bearer {tokens['a']}"}, "t")[0]["url"]
+        shares = server.url("/shares")
+        attempts = [
+            (None, 401),
+            ("Bearer not-a-token", 401),
+            (f"Bearer {wrong_secret}", 401),
+            (f"Bearer {tokens['b']}", 401),
+            (f"Bearer {tokens['c']}", 403),
+            (f"Bearer {OLD_TOKEN}", 403),
+            (f"Bearer {FENCED_TOKEN}", 403),
+        ]
+        for header, status in attempts:
+            headers = {"User-Agent": "refused/1", **({"Authorization": header} if header else {})}
+            response = httpx.get(shares, headers=headers)
+            assert response.status_code == status
+            assert set(response.json()) == {"errorCode", "message"}
+        tampered = httpx.get(url.replace("rcp=a&", "rcp=b&"), headers={"User-Agent": "refused/1"})
+        assert tampered.status_code == 403
+
+        def enough(events: list[dict[str, Any]]) -> bool:
+            return len(events) >= len(attempts) + 1
+
+        failed = _audit(config_file, capsys, enough, "--failed")
+    got = [(e.get("recipient"), e.get("credential_id"), e["status"], e["reason"]) for e in failed]
+    assert got == [
+        (None, None, 401, "missing_credentials"),
+        (None, None, 401, "invalid_credentials"),
+        ("d", ids["d"], 401, "invalid_credentials"),
+        ("b", ids["b"], 401, "credential_revoked"),
+        ("c", ids["c"], 403, "recipient_disabled"),
+        ("old", "config-old-0", 403, "recipient_expired"),
+        ("fenced", "config-fenced-0", 403, "address_not_allowed"),
+        ("b", ids["a"], 403, "url_signature_invalid"),
+    ]
+    assert all(e["client"] == "127.0.0.1" and e["user_agent"] == "refused/1" for e in failed)
+    assert all(e["operation"] == "list_shares" for e in failed[:-1])
+    assert failed[-1]["operation"] == "serve_file" and "bytes" not in failed[-1]
+    text = json.dumps(failed)
+    assert all(secret not in text for secret in [*tokens.values(), OLD_TOKEN, FENCED_TOKEN])
+    assert "sig=" not in text and wrong_secret not in text
+    # The served requests (the query above) are not among the failed ones, but are recorded.
+    everything = _audit(config_file, capsys, lambda e: True)
+    assert any(e["operation"] == "query_table" and "reason" not in e for e in everything)
+
+
+def test_refusals_recorded_per_address_are_bounded(
+    config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file = _with_settings(config_file, failedAuthAuditPerMinute=3)
+    with run_server(load_config(config_file), tmp_path / "srv") as server:
+        for _ in range(10):
+            response = httpx.get(server.url("/shares"), headers={"Authorization": "Bearer x"})
+            assert response.status_code == 401
+        root = server.base_url.removesuffix(server.config.endpoint)
+        metrics = httpx.get(root + "/metrics").text
+        time.sleep(1.5)  # the writer's flush
+        failed = _audit(config_file, capsys, lambda e: len(e) >= 3, "--failed")
+    assert len(failed) == 3
+    assert "lakeshare_audit_refusals_unrecorded_total 7.0" in metrics
+
+
+def _cli(config_file: Path, *args: str) -> int:
+    return cli(["recipients", args[0], *args[1:], "--config", str(config_file)])

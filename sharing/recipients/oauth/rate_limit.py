@@ -4,6 +4,7 @@ After `limit` failures from one address within `window` seconds, the token endpo
 429 with `Retry-After` (the seconds until the oldest counted failure leaves the window)
 without looking at the credentials, so guessing secrets costs the guesser time. The count
 is per replica (N replicas allow N x limit): it throttles guessing, it is no lockout.
+The audit trail bounds its records of refused requests with the same counter (`take`).
 """
 
 from __future__ import annotations
@@ -51,18 +52,30 @@ class FailedAttempts:
     def failed(self, address: str | None) -> None:
         if self.limit <= 0:
             return
-        key = address or "?"
-        now = self._clock()
         with self._lock:
-            failures = self._failures.get(key)
-            if failures is None:
-                failures = self._failures[key] = deque(maxlen=self.limit)
-                while len(self._failures) > _MAX_ADDRESSES:
-                    self._failures.popitem(last=False)
-            else:
-                self._failures.move_to_end(key)
-            self._expire(failures, now)
-            failures.append(now)
+            self._count(address or "?", self._clock(), only_below_limit=False)
+
+    def take(self, address: str | None) -> bool:
+        """Count one event for the address if it has fewer than `limit` in the window;
+        whether it was counted (always, with no limit)."""
+        if self.limit <= 0:
+            return True
+        with self._lock:
+            return self._count(address or "?", self._clock(), only_below_limit=True)
+
+    def _count(self, key: str, now: float, *, only_below_limit: bool) -> bool:
+        failures = self._failures.get(key)
+        if failures is None:
+            failures = self._failures[key] = deque(maxlen=self.limit)
+            while len(self._failures) > _MAX_ADDRESSES:
+                self._failures.popitem(last=False)
+        else:
+            self._failures.move_to_end(key)
+        self._expire(failures, now)
+        if only_below_limit and len(failures) >= self.limit:
+            return False
+        failures.append(now)
+        return True
 
     def _expire(self, failures: deque[float], now: float) -> None:
         while failures and failures[0] + self.window <= now:

@@ -4,7 +4,10 @@ count for every file, and the same files kept by predicates."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -12,10 +15,16 @@ import pytest
 from deltalog import DeltaTable
 from deltalog.actions import STATS_PARSED
 from deltalog.json_stats import with_typed_stats
+from deltalog.scan import iter_file_tables
+from deltalog.schema import DecimalType, StructType, parse_schema
 from sharing.skipping import filter_files
+from sharing.skipping import stats as stats_module
+from sharing.skipping.expr import EQ, GE, GT, LE, LT, Column, Compare, Expr
 from sharing.skipping.file_stats import file_stats
 from sharing.skipping.stats import StatsRequest
+from tests.sharing.skipping.test_corpus import _json_literal, _literal, _value_type
 from tests.support.corpus import corpus_table
+from tests.support.skipping_oracle import evaluate
 
 TABLES = {
     "levi/dat/all_primitive_types/delta": [
@@ -26,8 +35,7 @@ TABLES = {
         ("float32", pa.float64()),
         ("utf8", pa.string()),
         ("bool", pa.bool_()),
-        ("decimal", pa.float64()),  # not typed: read from the JSON
-        ("date32", pa.string()),  # not typed either
+        ("decimal", pa.float64()),
     ],
     "levi/dat/basic_partitioned/delta": [("number", pa.int64()), ("a_float", pa.float64())],
     "delta-rs/table_with_column_mapping": [],
@@ -48,6 +56,7 @@ def test_file_stats_equal_the_json_ones(relative: str) -> None:
     assert STATS_PARSED in typed.column_names and STATS_PARSED not in plain.column_names
     requests: list[StatsRequest] = [((name,), kind, "") for name, kind in TABLES[relative]]
     requests.append((("date32",), pa.string(), "date"))
+    requests.append((("timestamp",), pa.string(), "ts"))
     if relative == "delta-rs/table_with_column_mapping":
         schema = json.loads(table.snapshot().metadata.schema_string)
         requests = [
@@ -100,3 +109,104 @@ def test_predicates_keep_the_same_files(column: str, value_type: str, value: str
             return sorted(out.column("path").to_pylist())
 
         assert kept(typed) == kept(plain), (op, column)
+
+
+# Tables whose statistics are JSON only, with date, timestamp, timestamp_ntz and decimal
+# columns (Spark, delta-rs and Kernel writers; millisecond-truncated timestamps, offsets,
+# year 9999, decimals up to 38 digits).
+TEMPORAL_TABLES = [
+    "levi/dat/all_primitive_types/delta",
+    "delta-kernel-rs/data/stats-writing-all-types/delta",
+    "delta-kernel-rs/golden_data/data-reader-timestamp_ntz/delta",
+    "delta-kernel-rs/golden_data/kernel-timestamp-int96/delta",
+    "delta-kernel-rs/golden_data/kernel-timestamp-timestamp_millis/delta",
+    "delta-kernel-rs/golden_data/basic-decimal-table/delta",
+    "delta-kernel-rs/golden_data/decimal-various-scale-precision/delta",
+    "delta-rs/table_with_edge_timestamps",
+]
+
+
+def _near(value: object) -> list[object]:
+    """Values at and just around `value`: where truncated or rounded bounds would skip a
+    file wrongly."""
+    if isinstance(value, dt.datetime):
+        steps = (-1000, -1, 1, 999, 1000, 1001)
+        return [value, *(value + dt.timedelta(microseconds=s) for s in steps)]
+    if isinstance(value, dt.date):
+        return [value, value - dt.timedelta(days=1), value + dt.timedelta(days=1)]
+    if isinstance(value, Decimal):
+        near = float(value)
+        return [value, value - 1, value + 1, near, math.nextafter(near, math.inf)]
+    return []
+
+
+def _boundary_predicates(schema: StructType, rows: list[dict]) -> list[tuple[Expr, dict]]:
+    """Comparisons of each date, timestamp and decimal column with every value of its data
+    and the values right next to them."""
+    ops = {EQ: "equal", LT: "lessThan", LE: "lessThanOrEqual", GT: "greaterThan"}
+    ops[GE] = "greaterThanOrEqual"
+    out: list[tuple[Expr, dict]] = []
+    for field in schema.fields:
+        value_type = _value_type(field.type)
+        if value_type not in ("date", "timestamp") and not isinstance(field.type, DecimalType):
+            continue
+        assert value_type is not None
+        column = Column((field.name,), value_type)
+        column_json = {"op": "column", "name": field.name, "valueType": value_type}
+        values = {r[field.name] for r in rows if r[field.name] is not None}
+        for value in {near for v in values for near in _near(v)}:
+            literal = _literal(value)
+            if literal is None:
+                continue
+            for op, name in ops.items():
+                text = {"op": name, "children": [column_json, _json_literal(literal, value_type)]}
+                out.append((Compare(op, column, literal), text))
+    return out
+
+
+@pytest.mark.parametrize("relative", TEMPORAL_TABLES)
+def test_typed_dates_timestamps_decimals_skip_like_json_and_never_wrongly(
+    relative: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Typed from the JSON, dates, timestamps and decimals serve predicates without any
+    JSON parsed; they keep exactly the files the JSON keeps, and every file holding a
+    matching row (read from the parquet data) is kept, at the boundaries too."""
+    table = DeltaTable(str(corpus_table(relative)))
+    snapshot = table.snapshot()
+    chunks = with_typed_stats(snapshot.file_state.active, snapshot.metadata)
+    assert chunks is not None
+    typed, plain = chunks.table, snapshot.files
+    schema = parse_schema(snapshot.metadata.schema_string)
+    per_file = [t.to_pylist() for t in iter_file_tables(snapshot)]
+    rows = [r for part in per_file for r in part]
+    predicates = _boundary_predicates(schema, rows)
+    assert predicates
+    parsed: list[int] = []
+    real = stats_module.parse_stats
+    monkeypatch.setattr(
+        stats_module, "parse_stats", lambda a, r: parsed.append(len(a)) or real(a, r)
+    )
+    skipped = 0
+    for tree, text in predicates:
+        hint = json.dumps(text)
+
+        def kept(files: pa.Table, hint: str = hint) -> list[str]:
+            out = filter_files(
+                files,
+                snapshot.metadata,
+                json_hints=hint,
+                sql_hints=None,
+                evaluate_json=True,
+                evaluate_sql=False,
+            )
+            return out.column("path").to_pylist()
+
+        parsed.clear()
+        from_typed = kept(typed)
+        assert parsed == [], (relative, text)  # the typed statistics served it
+        assert from_typed == kept(plain), (relative, text)
+        skipped += plain.num_rows - len(from_typed)
+        for path, file_rows in zip(plain.column("path").to_pylist(), per_file, strict=True):
+            matching = [r for r in file_rows if evaluate(tree, r) is True]
+            assert not matching or path in from_typed, (relative, text, path, matching[:2])
+    assert skipped > 0, f"no predicate skipped a file of {relative}"
