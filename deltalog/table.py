@@ -105,6 +105,17 @@ class RefreshPolicy:
                 self._error = error
                 self._cond.notify_all()
 
+    def fresh(self) -> Snapshot | None:
+        """The last listing's snapshot when it is fresh enough for a request arriving now,
+        else None; never lists and never waits for a listing under way (for callers that
+        must not block, such as an event loop deciding whether to hand off to a thread)."""
+        oldest_usable = self._clock() - self.window_seconds
+        with self._cond:
+            started = self._started
+            if started is not None and started > oldest_usable and self._error is None:
+                return self._snapshot
+        return None
+
     def forget(self) -> None:
         """The next request lists the log whatever the window (e.g. after a write)."""
         with self._cond:
@@ -221,6 +232,12 @@ class DeltaTable:
                 )
             self._remember(snap)
             return _told(snap, source)
+
+    def fresh_snapshot(self) -> Snapshot | None:
+        """The latest snapshot when the refresh policy serves it without a listing (no
+        I/O, no waiting), else None."""
+        newest = self.refresh_policy.fresh()
+        return None if newest is None else _told(newest, events.CACHED)
 
     def _locked_refresh(self) -> Snapshot:
         with self._lock:

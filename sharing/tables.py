@@ -179,6 +179,30 @@ class TableService:
             )
         return snapshot
 
+    def fresh_latest(self, shared: SharedTable) -> deltalog.Snapshot | None:
+        """What `latest` would answer when it can be had without I/O or waiting (a table
+        already open whose last listing is within the refresh window, or the one read
+        last time with `stalenessAcceptable`), else None: then call `latest` in a thread."""
+        location = _cache_key(shared)
+        with self._lock:
+            table = self._tables.get(location)
+            cached = self._latest.get(location)
+            if table is not None:
+                self._tables.move_to_end(location)  # in use: last to be evicted
+        if cached is None or table is None:
+            return None
+        if self._stale_ok:
+            return self.latest(shared)  # the cached snapshot: no I/O
+        heard: list[events.SnapshotResolved] = []
+        with self.errors(shared), events.listening(heard.append):
+            snapshot = table.fresh_snapshot()
+        # A snapshot `latest` has not seen yet needs its bookkeeping (the stats warmer).
+        if snapshot is not cached:
+            return None
+        if heard:
+            self._resolved(shared, heard[-1], 0.0)
+        return snapshot
+
     def at_version(self, shared: SharedTable, version: int) -> deltalog.Snapshot:
         """The snapshot at `version`; beyond the latest is the reference's Kernel error."""
         return self._snapshot(shared, self.delta_table(shared), version)
@@ -243,6 +267,14 @@ class TableService:
         with self.errors(shared):
             committed = history.commit_timestamp(table, version)
         return ResolvedSnapshot(snapshot, time_travel=True, commit_timestamp=committed)
+
+    def resolve_fresh(self, shared: SharedTable) -> ResolvedSnapshot | None:
+        """`resolve` of the latest snapshot when `fresh_latest` has it, else None."""
+        snapshot = self.fresh_latest(shared)
+        if snapshot is None:
+            return None
+        self._check_start_version(shared, snapshot.version)
+        return ResolvedSnapshot(snapshot, time_travel=False)
 
     def version_for_starting_timestamp(self, shared: SharedTable, text: str) -> int:
         """The earliest version committed at or after `text` (GET /version): the first

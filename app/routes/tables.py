@@ -113,7 +113,13 @@ async def query_table(
     inputs = QueryInputs(catalog.get_table(share, schema, table), body, caps, id_hash)
     if caps.async_query:
         return await queries.submit(async_queries, planner, base_url, holder, inputs)
-    plan, content = await run_in_threadpool(planner.query_response, inputs, base_url, holder)
+    # A small query on a fresh, cached table version is answered here, without I/O; any
+    # other is planned (and, when small, rendered) in a worker thread.
+    ready = planner.query_ready(inputs, base_url, holder)
+    if ready is None:
+        plan, content = await run_in_threadpool(planner.query_response, inputs, base_url, holder)
+    else:
+        plan, content = ready
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
     if content is not None:  # a small response, built whole (sharing.query.small)
         return Response(content=content, media_type=NDJSON, headers=headers)

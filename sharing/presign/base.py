@@ -40,6 +40,13 @@ class Signer(Protocol):
         ...
 
 
+def signs_in_memory(signer: Signer) -> bool:
+    """Whether `signer` signs with keys it already holds, never reaching a network, a
+    disk or a credential refresh (its optional attribute `in_memory`): such a signer may
+    be called where blocking is not allowed, such as an event loop."""
+    return getattr(signer, "in_memory", False) is True
+
+
 def parallel_batches(signer: Signer) -> int:
     """How many batches may be signed ahead with `signer` (0: none, sign inline). An
     optional attribute rather than a protocol member, so fast signers need not declare it."""

@@ -92,6 +92,8 @@ class LocalSigner:
     """Signs files under one local table root for `<base_url><endpoint>/files/...`, handed
     to `holder`."""
 
+    in_memory = True  # keys derived from the configured secret (see base.signs_in_memory)
+
     def __init__(
         self,
         *,

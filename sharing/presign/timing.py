@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from deltalog import Snapshot
-from sharing.presign.base import SignedUrls, Signer, parallel_batches
+from sharing.presign.base import SignedUrls, Signer, parallel_batches, signs_in_memory
 
 __all__ = ["SigningObserver", "TimedSigner", "timed_signers"]
 
@@ -26,14 +26,16 @@ def signer_kind(signer: Signer) -> str:
 
 
 class TimedSigner:
-    """`signer`, timed per batch. Keeps the signer's `parallel_batches`, so a slow signer
-    is still signed ahead (it is then called from several threads; so is the observer)."""
+    """`signer`, timed per batch. Keeps the signer's `parallel_batches` and `in_memory`,
+    so a slow signer is still signed ahead (it is then called from several threads; so is
+    the observer) and an in-memory one may still sign on an event loop."""
 
     def __init__(self, signer: Signer, observer: SigningObserver) -> None:
         self._signer = signer
         self._observer = observer
         self._kind = signer_kind(signer)
         self.parallel_batches = parallel_batches(signer)
+        self.in_memory = signs_in_memory(signer)
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
         begin = time.perf_counter()

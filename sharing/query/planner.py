@@ -11,7 +11,7 @@ from deltalog import Snapshot
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.presign import TableRef, UrlHolder, signer_factory
-from sharing.presign.base import Signer
+from sharing.presign.base import Signer, signs_in_memory
 from sharing.presign.timing import SigningObserver, timed_signers
 from sharing.query.capabilities import Capabilities
 from sharing.query.changes import plan_changes
@@ -19,7 +19,13 @@ from sharing.query.kinds import QueryKind
 from sharing.query.plan import QueryPlan
 from sharing.query.request import ChangesInputs, QueryInputs
 from sharing.query.small import SelectionCache
-from sharing.query.snapshot import HintSettings, MetadataResponse, plan_metadata, plan_query
+from sharing.query.snapshot import (
+    HintSettings,
+    MetadataResponse,
+    plan_cached_query,
+    plan_metadata,
+    plan_query,
+)
 from sharing.query.streaming import plan_streaming
 from sharing.query.tokens import ChangeTokens, QueryTokens
 from sharing.tables import TableService
@@ -102,6 +108,36 @@ class Planner:
         the caller's thread, in one step); None when the body is to be streamed."""
         plan = self.query(inputs, base_url, holder)
         return plan, plan.render() if plan.inline else None
+
+    def query_ready(
+        self, inputs: QueryInputs, base_url: str, holder: UrlHolder
+    ) -> tuple[QueryPlan, bytes] | None:
+        """The plan and whole body of a small query on the latest snapshot when they can be
+        made without I/O or waiting: the snapshot is fresh (sharing.tables.fresh_latest),
+        its lines are templated in the selection cache and the signer signs in memory.
+        Callers on an event loop try this before handing the query to a thread (None)."""
+        request = inputs.request
+        if (
+            QueryKind.of(request) is not QueryKind.SNAPSHOT
+            or request.page_token is not None
+            or request.refresh_token is not None
+        ):
+            return None
+        resolved = self.tables.resolve_fresh(inputs.shared)
+        if resolved is None:
+            return None
+        signer = self.signers(inputs.shared, base_url, holder)(resolved.snapshot)
+        if not signs_in_memory(signer):
+            return None
+        plan = plan_cached_query(
+            inputs,
+            resolved,
+            tokens=self.query_tokens,
+            page_size_limit=self._config.query_table_page_size_limit,
+            signer=signer,
+            selections=self.selections,
+        )
+        return None if plan is None else (plan, plan.render())
 
     def changes(self, inputs: ChangesInputs, base_url: str, holder: UrlHolder) -> QueryPlan:
         """`GET .../changes`: the change data feed of a version range."""

@@ -69,6 +69,61 @@ def plan_query(
             resolved = ResolvedSnapshot(tables.at_version(shared, pinned.version), False)
     else:
         resolved = tables.resolve(shared, version=request.version, timestamp=request.timestamp)
+    planned = _plan(
+        inputs,
+        pinned,
+        resolved,
+        tokens=tokens,
+        page_size_limit=page_size_limit,
+        signer=signer_for(resolved.snapshot),
+        hints=hints,
+        selections=selections,
+        cached_only=False,
+    )
+    assert planned is not None
+    return planned
+
+
+def plan_cached_query(
+    inputs: QueryInputs,
+    resolved: ResolvedSnapshot,
+    *,
+    tokens: QueryTokens,
+    page_size_limit: int,
+    signer: Signer,
+    selections: SelectionCache,
+) -> QueryPlan | None:
+    """The plan of a query on the latest snapshot (`resolved`, without pins) whose lines
+    are templated in `selections`, made without I/O; None when they are not there."""
+    assert inputs.request.page_token is None and inputs.request.refresh_token is None
+    return _plan(
+        inputs,
+        None,
+        resolved,
+        tokens=tokens,
+        page_size_limit=page_size_limit,
+        signer=signer,
+        hints=None,
+        selections=selections,
+        cached_only=True,
+    )
+
+
+def _plan(
+    inputs: QueryInputs,
+    pinned: PinnedVersion | None,
+    resolved: ResolvedSnapshot,
+    *,
+    tokens: QueryTokens,
+    page_size_limit: int,
+    signer: Signer,
+    hints: HintSettings | None,
+    selections: SelectionCache | None,
+    cached_only: bool,
+) -> QueryPlan | None:
+    """The plan on a resolved snapshot; with `cached_only`, None unless the selection is
+    cached with templates (then nothing here touches Arrow or storage)."""
+    shared, request = inputs.shared, inputs.request
     snapshot = resolved.snapshot
     response_format = capabilities.choose_format(inputs.caps, snapshot.protocol, snapshot.metadata)
     writer = writer_for(response_format)
@@ -79,14 +134,17 @@ def plan_query(
     context = FileContext(
         storage=snapshot.storage,
         table_root=snapshot.table_root,
-        signer=signer_for(snapshot),
+        signer=signer,
         id_scheme=id_scheme,
         version=snapshot.version if resolved.time_travel else None,
         timestamp=resolved.commit_timestamp if resolved.time_travel else None,
     )
     key = _selection_key(inputs, snapshot, context, response_format, start, size)
     selection = selections.get(key) if selections is not None else None
+    if cached_only and (selection is None or selection.templates is None):
+        return None
     if selection is None:
+        assert hints is not None
         selection = _select(inputs, snapshot, response_format, context, start, size, hints)
         if selections is not None and is_small(selection.num_files):
             selections.put(key, selection)
@@ -101,7 +159,7 @@ def plan_query(
     prepared = None
     sections: list[Section] = []
     if selection.templates is not None:
-        prepared = PreparedFiles(selection.templates, context.signer)
+        prepared = PreparedFiles(selection.templates, signer)
     elif selection.files is not None:
         sections.append(FileSection(selection.files, context))
     asked = inputs.caps.include_end_stream_action

@@ -11,12 +11,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from sharing.presign import UrlHolder
 from sharing.query import small
+from sharing.query.capabilities import Capabilities
+from sharing.query.request import QueryInputs, QueryRequest
 from tests.support.corpus import corpus_table
 from tests.support.server import TEST_BEARER_TOKEN, make_config
 
@@ -76,7 +80,7 @@ def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _client(root: Path) -> TestClient:
+def _client(root: Path, refresh_window_ms: int = 0) -> TestClient:
     tables = []
     for name, relative in TABLES.items():
         target = root / name
@@ -85,6 +89,7 @@ def _client(root: Path) -> TestClient:
     config = make_config(
         {
             "evaluatePredicateHints": True,
+            "refreshWindowMs": refresh_window_ms,
             "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
         }
     )
@@ -124,7 +129,9 @@ def _answers(client: TestClient) -> dict[str, list[Any]]:
 def test_fast_path_is_byte_identical_to_the_streamed_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with _client(tmp_path / "streamed") as client:
+    # A long refresh window: cached latest-snapshot queries are answered on the event loop
+    # (Planner.query_ready), the others in a thread (Planner.query_response).
+    with _client(tmp_path, refresh_window_ms=600_000) as client:
         monkeypatch.setattr(small, "SMALL_PLAN_FILES", 0)
         streamed = _answers(client)
         assert len(client.app.state.planner.selections) == 0  # type: ignore[attr-defined]
@@ -188,3 +195,29 @@ def test_signatures_are_fresh_on_every_cached_response(
         assert {k: v for k, v in one.items() if k not in ("url", "expirationTimestamp")} == {
             k: v for k, v in two.items() if k not in ("url", "expirationTimestamp")
         }
+
+
+@pytest.mark.usefixtures("frozen_clock")
+def test_a_cached_query_on_a_fresh_snapshot_is_ready_without_a_thread(tmp_path: Path) -> None:
+    """Planner.query_ready answers what the route would, once the table version is fresh
+    and the selection cached (after the first request); never for pinned queries or with
+    a refresh window of 0."""
+    for window, ready in ((600_000, True), (0, False)):
+        with _client(tmp_path / str(window), refresh_window_ms=window) as client:
+            app: Any = client.app
+            planner = app.state.planner
+            shared = app.state.catalog.get_table("s", "d", "partitioned")
+            for body in ({}, {"version": 1}):
+                inputs = QueryInputs(shared, QueryRequest(**body), Capabilities(), None)
+                response = client.post(f"{T}/partitioned/query", headers=AUTH, json=body)
+                url = json.loads(response.text.splitlines()[2])["file"]["url"]
+                named = parse_qs(urlsplit(url).query)
+                holder = UrlHolder(named["rcp"][0], named.get("cid", [None])[0])
+                answer = planner.query_ready(inputs, "http://testserver/", holder)
+                if not ready or body:
+                    assert answer is None
+                    continue
+                assert answer is not None
+                plan, content = answer
+                assert content == response.content
+                assert str(plan.version) == response.headers["delta-table-version"]
