@@ -139,7 +139,14 @@ def add_recipient_commands(commands: Any) -> None:
 
 def _profile_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-out", metavar="FILE", help="write the profile to FILE (0600)")
-    parser.add_argument("--profile-version", type=int, choices=(1, 2), default=1)
+    parser.add_argument(
+        "--profile-version",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="bearer profiles: 1 (default; the official Python client 1.4.x reads only this) "
+        "or 2 (type bearer_token, which 1.4.x parses but refuses)",
+    )
     parser.add_argument("--endpoint", metavar="URL", help="endpoint URL written in the profile")
 
 

@@ -60,7 +60,7 @@ async def token(request: Request) -> JsonResponse:
 
 async def jwks(request: Request) -> JsonResponse:
     oauth: OAuthServer = request.app.state.oauth
-    return JsonResponse(oauth.tokens.key.jwks(), headers={"Cache-Control": "max-age=300"})
+    return JsonResponse(oauth.tokens.jwks(), headers={"Cache-Control": "max-age=300"})
 
 
 def install(app: FastAPI, oauth: OAuthServer | None, prefix: str) -> None:

@@ -27,12 +27,14 @@ __all__ = [
     "FEDERATION_ALGORITHMS",
     "FederationConfig",
     "OAuthConfig",
+    "PreviousAccessTokenKeyConfig",
 ]
 
 # Asymmetric algorithms only: a shared-secret (HS*) signature from outside proves nothing
 # about who signed it, and `none` proves nothing at all.
 FEDERATION_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384")
 ASSERTION_ALGORITHMS = (*FEDERATION_ALGORITHMS, "EdDSA")
+MAX_PREVIOUS_KEYS = 5  # a token with an unknown kid is tried against each: keep it few
 
 
 def _texts(value: object) -> object:
@@ -117,6 +119,39 @@ def _secret(value: str | None) -> str | None:
     return value
 
 
+def _few_keys(
+    value: tuple[PreviousAccessTokenKeyConfig, ...],
+) -> tuple[PreviousAccessTokenKeyConfig, ...]:
+    if len(value) > MAX_PREVIOUS_KEYS:
+        raise Problem(f"must hold at most {MAX_PREVIOUS_KEYS} keys, got {len(value)}")
+    return value
+
+
+class PreviousAccessTokenKeyConfig(Section):
+    """A key that signed access tokens before the current one, kept for verification only
+    (so the signing key rotates without refusing live tokens): exactly one of `keyFile` (a
+    PEM public or private key), `secret` (a former `accessTokenSecret`) or `signingSecret`
+    (a former `signingSecret`, when the key was derived from it)."""
+
+    key_file: OptionalText = None
+    key_id: OptionalText = None
+    secret: Annotated[OptionalText, AfterValidator(_secret)] = Field(default=None, repr=False)
+    signing_secret: Annotated[OptionalText, AfterValidator(_secret)] = Field(
+        default=None, repr=False
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        given = [v for v in (self.key_file, self.secret, self.signing_secret) if v]
+        if len(given) != 1:
+            raise Problem(
+                "a previous access-token key needs exactly one of 'keyFile', 'secret' or "
+                "'signingSecret'",
+                named=False,
+            )
+        return self
+
+
 class OAuthConfig(Section):
     """Lakeshare as an OAuth authorization server for its recipients, and federation."""
 
@@ -134,6 +169,10 @@ class OAuthConfig(Section):
     access_token_secret: Annotated[OptionalText, AfterValidator(_secret)] = Field(
         default=None, repr=False
     )
+    # Former signing keys, accepted for verification only until their tokens have expired.
+    previous_access_token_keys: Annotated[
+        tuple[PreviousAccessTokenKeyConfig, ...], AfterValidator(_few_keys)
+    ] = ()
     assertion_max_lifetime_seconds: Annotated[
         Integer, check(lambda v: 1 <= v <= 86_400, "between 1 and 86400 seconds")
     ] = 600

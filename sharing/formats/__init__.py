@@ -158,9 +158,16 @@ def _plainly_relative(paths: pa.Array) -> bool:
     return not (data[starts] == ord("/")).any()
 
 
-def writer_for(response_format: str) -> FormatWriter:
-    """The writer of a response format."""
-    from sharing.formats.delta import DeltaWriter
-    from sharing.formats.parquet import ParquetWriter
+_WRITERS: dict[str, FormatWriter] = {}
 
-    return DeltaWriter() if response_format == "delta" else ParquetWriter()
+
+def writer_for(response_format: str) -> FormatWriter:
+    """The writer of a response format (writers hold no state: one of each is shared)."""
+    writer = _WRITERS.get(response_format)
+    if writer is None:
+        from sharing.formats.delta import DeltaWriter
+        from sharing.formats.parquet import ParquetWriter
+
+        writer = DeltaWriter() if response_format == "delta" else ParquetWriter()
+        _WRITERS[response_format] = writer
+    return writer

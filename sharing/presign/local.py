@@ -88,6 +88,14 @@ def _quoted_names(*names: str) -> str:
     return "/".join(quote(part, safe="") for part in names)
 
 
+@lru_cache(maxsize=4096)
+def _table_mac(secret: str | bytes, table: TableRef) -> PreparedHmac:
+    """The prepared HMAC of a table's key (immutable: signers of every request share it)."""
+    return PreparedHmac(
+        table_key(derive_master_key(secret), table.share, table.schema, table.table)
+    )
+
+
 class LocalSigner:
     """Signs files under one local table root for `<base_url><endpoint>/files/...`, handed
     to `holder`."""
@@ -105,9 +113,7 @@ class LocalSigner:
         ttl_seconds: int,
         holder: UrlHolder,
     ) -> None:
-        self._mac = PreparedHmac(
-            table_key(derive_master_key(secret), table.share, table.schema, table.table)
-        )
+        self._mac = _table_mac(secret, table)
         prefix = f"{base_url.rstrip('/')}/{endpoint.strip('/')}".rstrip("/")
         self._url_prefix = f"{prefix}/files/{table.url_prefix()}/"
         self._root_prefix = table_root.rstrip("/") + "/"

@@ -51,9 +51,14 @@ class QueryRequest:
     include_historical_protocol: bool = False
 
 
+_EMPTY_REQUEST = QueryRequest()
+
+
 def parse_body(body: bytes) -> QueryRequest:
     """Parse the JSON body; empty means `{}`. Unknown fields are ignored."""
     data = json_object(body, _MESSAGE_TYPE)
+    if not data:
+        return _EMPTY_REQUEST  # `{}`, what most clients send: every field at its default
     hints = data.get("predicateHints", data.get("predicate_hints"))
     if hints is not None and (
         not isinstance(hints, list) or not all(isinstance(h, str) for h in hints)

@@ -6,9 +6,12 @@ recipient or the credential was revoked or disabled since is answered by the rec
 directory's cache (refreshed from the store every `store.cacheSeconds`), so a revocation is
 enforced within that delay although the token itself has not expired.
 
-Refused: any algorithm but the configured one (so `alg: none` and algorithm confusion), a
-`typ` other than `at+jwt`, another issuer or audience, an expired or not-yet-valid token, a
-token longer than MAX_TOKEN_CHARS, missing claims.
+Verified with the current key or a former one (`oauth.previousAccessTokenKeys`), each only
+under its own algorithm: the token's `kid` picks the key when one has it, else each key of
+the token's algorithm is tried (at most a handful). Refused: any algorithm no key has (so
+`alg: none` and algorithm confusion), a `typ` other than `at+jwt`, another issuer or
+audience, an expired or not-yet-valid token, a token longer than MAX_TOKEN_CHARS, missing
+claims.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import binascii
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,21 +99,27 @@ class AccessTokens:
         key: AccessTokenKey,
         issuer: str,
         *,
+        previous: Sequence[AccessTokenKey] = (),
         ttl_seconds: int = 3600,
         leeway_seconds: int = 30,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """`key` signs and verifies; `previous` keys only verify."""
         self.key = key
+        self.verifying_keys = (key, *previous)
         self.issuer = issuer
         self.ttl_seconds = ttl_seconds
         self.leeway_seconds = leeway_seconds
         self._clock = clock
 
     @classmethod
-    def from_config(cls, config: ServerConfig, key: AccessTokenKey) -> AccessTokens:
+    def from_config(
+        cls, config: ServerConfig, key: AccessTokenKey, previous: Sequence[AccessTokenKey] = ()
+    ) -> AccessTokens:
         return cls(
             key,
             issuer_of(config),
+            previous=previous,
             ttl_seconds=config.oauth.access_token_ttl_seconds,
             leeway_seconds=config.oauth.clock_skew_seconds,
         )
@@ -140,6 +149,18 @@ class AccessTokens:
         token = jwt.encode(claims, self.key.signing_key, self.key.algorithm, headers=headers)
         return IssuedAccessToken(token, lifetime, scope)
 
+    def jwks(self) -> dict[str, list[dict[str, Any]]]:
+        """The public keys of the current and former asymmetric keys, as a JWK set."""
+        jwks = (k.public_jwk() for k in self.verifying_keys)
+        return {"keys": [jwk for jwk in jwks if jwk is not None]}
+
+    def _candidates(self, header: dict[str, Any]) -> list[AccessTokenKey]:
+        """The keys that may have signed a token with this header."""
+        keys = [k for k in self.verifying_keys if k.algorithm == header.get("alg")]
+        kid = header.get("kid")
+        named = [k for k in keys if kid is not None and k.key_id == kid]
+        return named or keys
+
     def is_ours(self, claims: dict[str, Any]) -> bool:
         return claims.get("iss") == self.issuer
 
@@ -150,20 +171,7 @@ class AccessTokens:
             header = jwt.get_unverified_header(token)
             if header.get("typ") != TOKEN_TYPE:
                 raise InvalidAccessToken("not a Lakeshare access token")
-            claims = jwt.decode(
-                token,
-                self.key.verifying_key,
-                algorithms=[self.key.algorithm],
-                audience=self.issuer,
-                issuer=self.issuer,
-                options={
-                    "require": ["exp", "iat", "iss", "aud", "sub"],
-                    # Times are checked below against this object's clock.
-                    "verify_exp": False,
-                    "verify_nbf": False,
-                    "verify_iat": False,
-                },
-            )
+            claims = self._decode(token, header)
         except jwt.InvalidTokenError as exc:
             raise InvalidAccessToken(f"the access token is invalid: {_reason(exc)}") from None
         now = self._clock()
@@ -178,6 +186,35 @@ class AccessTokens:
         if not isinstance(recipient, str) or not isinstance(client_id, str):
             raise InvalidAccessToken("the access token names no recipient")
         return AccessTokenClaims(recipient, client_id, int(claims["exp"]))
+
+    def _decode(self, token: str, header: dict[str, Any]) -> dict[str, Any]:
+        """The claims, checked for signature (the first candidate key that verifies it),
+        issuer, audience and presence — not for times."""
+        candidates = self._candidates(header)
+        if not candidates:
+            raise jwt.InvalidAlgorithmError("The specified alg value is not allowed")
+        for index, key in enumerate(candidates):
+            try:
+                claims: dict[str, Any] = jwt.decode(
+                    token,
+                    key.verifying_key,
+                    algorithms=[key.algorithm],
+                    audience=self.issuer,
+                    issuer=self.issuer,
+                    options={
+                        "require": ["exp", "iat", "iss", "aud", "sub"],
+                        # Times are checked by the caller against this object's clock.
+                        "verify_exp": False,
+                        "verify_nbf": False,
+                        "verify_iat": False,
+                    },
+                )
+            except jwt.InvalidSignatureError:
+                if index == len(candidates) - 1:
+                    raise
+                continue
+            return claims
+        raise AssertionError("unreachable: the last candidate returns or raises")
 
 
 def _reason(exc: jwt.InvalidTokenError) -> str:

@@ -14,7 +14,7 @@ from sharing.recipients.oauth.directory_clients import DirectoryClients
 from sharing.recipients.oauth.federation import Federation
 from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.recipients.oauth.replay import JtiLedger, MemoryJtiLedger
-from sharing.recipients.oauth.signing import access_token_key
+from sharing.recipients.oauth.signing import access_token_key, previous_access_token_keys
 from sharing.recipients.oauth.store_ledger import StoreJtiLedger
 from sharing.recipients.oauth.token_service import TokenService
 from sharing.recipients.oauth.verifier import OAuthBearerVerifier
@@ -49,7 +49,9 @@ def open_oauth(config: ServerConfig, directory: RecipientDirectory) -> OAuthServ
     oauth = config.oauth
     if not oauth.enabled:
         return None
-    tokens = AccessTokens.from_config(config, access_token_key(config))
+    tokens = AccessTokens.from_config(
+        config, access_token_key(config), previous_access_token_keys(config)
+    )
     registry = DirectoryClients(directory)
     ledger: JtiLedger = (
         StoreJtiLedger(directory.store) if directory.store is not None else MemoryJtiLedger()
