@@ -1,14 +1,16 @@
 """The OAuth token endpoint, `POST {endpoint}{oauth.tokenPath}` (default
 `/delta-sharing/oauth/token`), and the access-token key set, `GET
 {endpoint}/.well-known/jwks.json`. The logic is sharing.recipients.oauth.token_service; this
-reads the form (bounded), answers RFC 6749 JSON with `Cache-Control: no-store`, and never
-logs a secret, an assertion or a token."""
+reads the form (bounded), answers RFC 6749 JSON with `Cache-Control: no-store`, marks a
+failed client authentication for the audit trail, and never logs a secret, an assertion or
+a token."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from starlette.concurrency import run_in_threadpool
 
+from app.audit import refused
 from app.responses import JsonResponse
 from sharing.recipients.oauth.errors import OAuthError
 from sharing.recipients.oauth.server import OAuthServer
@@ -54,6 +56,8 @@ async def token(request: Request) -> JsonResponse:
             token_endpoint_url=str(request.url).split("?", 1)[0],
         )
     except OAuthError as exc:
+        if exc.refusal is not None:  # a failed client authentication: audited (app.audit)
+            refused(request, exc.refusal)
         return _oauth_error(exc)
     return JsonResponse(body, headers=_NO_STORE)
 

@@ -79,7 +79,9 @@ def server(config_file: Path, tmp_path: Path) -> Iterator[RunningServer]:
         yield running
 
 
-def _create(config_file: Path, server: RunningServer, name: str, out: Path) -> dict[str, Any]:
+def _create(
+    config_file: Path, server: RunningServer, name: str, out: Path, *extra: str
+) -> dict[str, Any]:
     code = cli(
         [
             "recipients",
@@ -93,6 +95,7 @@ def _create(config_file: Path, server: RunningServer, name: str, out: Path) -> d
             str(out),
             "--endpoint",
             server.base_url + "/",
+            *extra,
         ]
     )
     assert code == 0
@@ -335,3 +338,26 @@ def test_refusals_recorded_per_address_are_bounded(
 
 def _cli(config_file: Path, *args: str) -> int:
     return cli(["recipients", args[0], *args[1:], "--config", str(config_file)])
+
+
+def test_failed_logins_at_the_token_endpoint_are_audited(
+    config_file: Path, server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = _create(config_file, server, "acme", tmp_path / "a.share", "--type", "oauth")
+    endpoint, client_id = profile["tokenEndpoint"], profile["clientId"]
+    form = {"grant_type": "client_credentials"}
+    wrong = httpx.post(endpoint, data=form, auth=(client_id, "not-the-secret"))
+    assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
+    ok = httpx.post(endpoint, data=form, auth=(client_id, profile["clientSecret"]))
+    assert ok.status_code == 200
+    assert _cli(config_file, "disable", "acme") == 0
+    refused = httpx.post(endpoint, data=form, auth=(client_id, profile["clientSecret"]))
+    assert refused.status_code == 400 and refused.json()["error"] == "unauthorized_client"
+    failed = _audit(config_file, capsys, lambda e: len(e) >= 2, "--failed")
+    got = [(e["operation"], e["status"], e["reason"], e.get("recipient")) for e in failed]
+    assert got == [
+        ("token", 401, "invalid_credentials", None),
+        ("token", 400, "recipient_disabled", "acme"),
+    ]
+    assert failed[1]["credential_id"] == client_id
+    assert profile["clientSecret"] not in json.dumps(failed)

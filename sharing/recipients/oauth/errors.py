@@ -1,9 +1,11 @@
 """Errors of the token endpoint, in RFC 6749 §5.2 form (`error`, `error_description`) and,
-alongside, the protocol's (`errorCode`, `message`), so both kinds of client read them."""
+alongside, the protocol's (`errorCode`, `message`), so both kinds of client read them. A
+failed client authentication carries its `refusal`, for the audit trail."""
 
 from __future__ import annotations
 
 from sharing.errors import SharingError
+from sharing.recipients.refusals import Refusal
 
 __all__ = ["OAuthError", "RateLimited"]
 
@@ -28,6 +30,7 @@ class OAuthError(SharingError):
         super().__init__(description, status=status, error_code=code)
         self.error = error
         self.headers = headers or {}
+        self.refusal: Refusal | None = None  # set by the token service on a failed login
 
     def body(self) -> dict[str, str]:
         return {

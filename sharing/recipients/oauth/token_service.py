@@ -27,6 +27,7 @@ from sharing.recipients.oauth.assertions import AssertionChecker, InvalidAsserti
 from sharing.recipients.oauth.clients import ClientKind, ClientRegistry, RegisteredClient
 from sharing.recipients.oauth.errors import OAuthError, RateLimited
 from sharing.recipients.oauth.rate_limit import FailedAttempts
+from sharing.recipients.refusals import Reason, Refusal, refusal_of
 
 __all__ = [
     "CLIENT_ASSERTION_TYPE",
@@ -96,6 +97,10 @@ class TokenService:
         except OAuthError as exc:
             if exc.error in _FAILURES:
                 self.failed_attempts.failed(address)
+                if exc.refusal is None:
+                    failed_login = exc.error != "unauthorized_client"
+                    reason = Reason.INVALID_CREDENTIALS if failed_login else Reason.FORBIDDEN
+                    exc.refusal = Refusal(reason)
             raise
 
     def _exchange(
@@ -123,10 +128,14 @@ class TokenService:
             raise OAuthError.unsupported_grant_type(grant_type)
         try:
             self.registry.admit(client, address)
-        except Unauthenticated as exc:
-            raise OAuthError.invalid_client(exc.message) from None
-        except Forbidden as exc:
-            raise OAuthError.unauthorized_client(exc.message) from None
+        except (Unauthenticated, Forbidden) as exc:  # the recipient's state refuses it
+            error = (
+                OAuthError.invalid_client(exc.message)
+                if isinstance(exc, Unauthenticated)
+                else OAuthError.unauthorized_client(exc.message)
+            )
+            error.refusal = refusal_of(exc)
+            raise error from None
         scope = form.get("scope") or None
         if scope is not None and len(scope) > _MAX_SCOPE_CHARS:
             raise OAuthError("invalid_scope", f"scope is longer than {_MAX_SCOPE_CHARS}")
