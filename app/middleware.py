@@ -8,7 +8,6 @@ untouched and without buffering.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -352,7 +351,10 @@ class RequestTimeoutMiddleware:
     """`requestTimeoutSeconds`: a request that has not *started* its response in time gets a
     503 JSON error. A streamed response that has started is never cut (its first line goes
     out early by design); work running in a worker thread cannot be interrupted and simply
-    finishes unobserved."""
+    finishes unobserved.
+
+    The app runs in the request's own task under an `asyncio.timeout` that the response's
+    start disarms: one timer per request, no extra task or event."""
 
     def __init__(self, app: ASGIApp, timeout_seconds: float) -> None:
         self.app = app
@@ -362,32 +364,26 @@ class RequestTimeoutMiddleware:
         if scope["type"] != "http" or self.timeout_seconds <= 0:
             await self.app(scope, receive, send)
             return
-        started = asyncio.Event()
+        started = False
+        deadline = asyncio.timeout(self.timeout_seconds)
 
         async def send_marking_start(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started.set()
+            nonlocal started
+            if not started and message["type"] == "http.response.start":
+                started = True
+                if not deadline.expired():
+                    deadline.reschedule(None)
             await send(message)
 
-        task = asyncio.ensure_future(self.app(scope, receive, send_marking_start))
-        waiter = asyncio.ensure_future(started.wait())
         try:
-            await asyncio.wait(
-                {task, waiter}, timeout=self.timeout_seconds, return_when=asyncio.FIRST_COMPLETED
-            )
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        finally:
-            waiter.cancel()
-        if task.done() or started.is_set():
-            await task
+            async with deadline:
+                await self.app(scope, receive, send_marking_start)
             return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        if started.is_set():
-            return
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the app's own, not the deadline
+            if started:
+                return  # the app started its response after all; nothing more to say
         log.warning(
             "request exceeded requestTimeoutSeconds=%s before responding", self.timeout_seconds
         )

@@ -59,7 +59,10 @@ async def get_version(
 ) -> Response:
     shared = catalog.get_table(share, schema, table)
     if starting_timestamp is None:
-        snapshot = await run_in_threadpool(tables.latest, shared)
+        # Within the refresh window the answer is in memory: no thread hand-off.
+        snapshot = tables.fresh_latest(shared)
+        if snapshot is None:
+            snapshot = await run_in_threadpool(tables.latest, shared)
         version = snapshot.version
     else:
         version = await run_in_threadpool(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import delete, insert, select
@@ -52,7 +52,7 @@ class AuditEvent:
         return {k: v for k in _FIELDS if (v := getattr(self, k)) is not None}
 
     def to_row(self) -> dict[str, Any]:
-        row = asdict(self)
+        row = {k: getattr(self, k) for k in _FIELDS}  # scalars: no deep copy (asdict)
         row["table_name"] = row.pop("table")
         for key, limit in (
             ("user_agent", 500),
