@@ -126,6 +126,8 @@ def batch_file_ids(batch: pa.RecordBatch, id_scheme: str) -> pa.Array:
 def storage_keys(paths: pa.Array, storage: Storage, table_root: str) -> list[str]:
     """Storage keys of log paths; plain relative paths (the common case) are joined in bulk,
     percent-encoded or absolute ones are resolved one by one."""
+    if pa.types.is_dictionary(paths.type):
+        paths = paths.dictionary_decode()  # a dictionary-encoded snapshot column
     prefix = storage.join(table_root, "")
     # to_numpy(...).tolist() makes the Python strings ~6x faster than to_pylist().
     joined = pc.binary_join_element_wise(prefix, paths, "")

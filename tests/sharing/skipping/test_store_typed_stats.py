@@ -8,12 +8,15 @@ import datetime as dt
 import json
 import math
 from decimal import Decimal
+from pathlib import Path
 
+import deltalake
 import pyarrow as pa
 import pytest
 
-from deltalog import DeltaTable
+from deltalog import DeltaTable, SnapshotStore
 from deltalog.actions import STATS_PARSED
+from deltalog.file_chunks import FileChunks
 from deltalog.json_stats import with_typed_stats
 from deltalog.scan import iter_file_tables
 from deltalog.schema import DecimalType, StructType, parse_schema
@@ -23,7 +26,8 @@ from sharing.skipping.expr import EQ, GE, GT, LE, LT, Column, Compare, Expr
 from sharing.skipping.file_stats import file_stats
 from sharing.skipping.stats import StatsRequest
 from tests.sharing.skipping.test_corpus import _json_literal, _literal, _value_type
-from tests.support.corpus import corpus_table
+from tests.support.corpus import copy_table, corpus_table
+from tests.support.replay_oracle import CountingStorage
 from tests.support.skipping_oracle import evaluate
 
 TABLES = {
@@ -123,6 +127,10 @@ TEMPORAL_TABLES = [
     "delta-kernel-rs/golden_data/basic-decimal-table/delta",
     "delta-kernel-rs/golden_data/decimal-various-scale-precision/delta",
     "delta-rs/table_with_edge_timestamps",
+    # Checkpoints with typed statistics, dropped here and typed again from their JSON
+    # (microsecond data, millisecond statistics: the truncated maxima).
+    "delta-rs/delta-1.2.1-only-struct-stats",
+    "delta-rs/delta-checkpoint-stats-optional",
 ]
 
 
@@ -173,9 +181,17 @@ def test_typed_dates_timestamps_decimals_skip_like_json_and_never_wrongly(
     matching row (read from the parquet data) is kept, at the boundaries too."""
     table = DeltaTable(str(corpus_table(relative)))
     snapshot = table.snapshot()
-    chunks = with_typed_stats(snapshot.file_state.active, snapshot.metadata)
+    active = snapshot.file_state.active
+    if STATS_PARSED in active.schema.names:
+        index = active.schema.get_field_index(STATS_PARSED)
+        active = FileChunks.restore(
+            active.schema.remove(index),
+            [b.remove_column(index) for b in active.batches],
+            active.keys,
+        )
+    chunks = with_typed_stats(active, snapshot.metadata)
     assert chunks is not None
-    typed, plain = chunks.table, snapshot.files
+    typed, plain = chunks.table, active.table
     schema = parse_schema(snapshot.metadata.schema_string)
     per_file = [t.to_pylist() for t in iter_file_tables(snapshot)]
     rows = [r for part in per_file for r in part]
@@ -210,3 +226,53 @@ def test_typed_dates_timestamps_decimals_skip_like_json_and_never_wrongly(
             matching = [r for r in file_rows if evaluate(tree, r) is True]
             assert not matching or path in from_typed, (relative, text, path, matching[:2])
     assert skipped > 0, f"no predicate skipped a file of {relative}"
+
+
+def test_store_streams_typed_timestamps_that_skip_without_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the store's streamed build (a checkpoint with JSON statistics only): the
+    mapped snapshot's timestamps are typed, and a timestamp predicate on it parses no JSON
+    and keeps what the JSON keeps."""
+    root = copy_table("delta-kernel-rs/golden_data/kernel-timestamp-int96/delta", tmp_path)
+    deltalake.DeltaTable(str(root)).create_checkpoint()
+    plain = DeltaTable(str(root)).snapshot()
+    assert plain.checkpoint_version is not None and STATS_PARSED not in plain.files.column_names
+    store = SnapshotStore(tmp_path / "store", typed_stats=True)
+    DeltaTable(str(root), snapshot_store=store).snapshot()
+    counting = CountingStorage()
+    mapped = DeltaTable(str(root), counting, snapshot_store=store).snapshot()
+    assert counting.opened == []  # mapped, not read from the checkpoint
+    typed = mapped.files.column(STATS_PARSED)
+    assert typed.type.field("maxValues").type.field("time").type == pa.timestamp("us", tz="UTC")
+    assert typed.null_count == 0
+    parsed: list[int] = []
+    real = stats_module.parse_stats
+    monkeypatch.setattr(
+        stats_module, "parse_stats", lambda a, r: parsed.append(len(a)) or real(a, r)
+    )
+    hint = json.dumps(
+        {
+            "op": "greaterThanOrEqual",
+            "children": [
+                {"op": "column", "name": "time", "valueType": "timestamp"},
+                {"op": "literal", "value": "2020-02-01T08:09:10Z", "valueType": "timestamp"},
+            ],
+        }
+    )
+
+    def kept(files: pa.Table) -> list[str]:
+        out = filter_files(
+            files,
+            mapped.metadata,
+            json_hints=hint,
+            sql_hints=None,
+            evaluate_json=True,
+            evaluate_sql=False,
+        )
+        return sorted(out.column("path").to_pylist())
+
+    from_store = kept(mapped.files)
+    assert parsed == []
+    assert from_store == kept(plain.files)
+    assert 0 < len(from_store) < mapped.num_files
