@@ -221,6 +221,7 @@ class RecipientDirectory:
                     "The username or password is invalid or has expired.",
                     f'{_REALM}, error="invalid_token", Basic realm="delta-sharing", '
                     'charset="UTF-8"',
+                    self._claimed_by_user(value),
                 )
         else:
             raise _missing()
@@ -310,6 +311,17 @@ class RecipientDirectory:
         if entry is None:
             return _UNKNOWN_CREDENTIALS
         return Refusal(Reason.INVALID_CREDENTIALS, entry[1].name, entry[0].id)
+
+    def _claimed_by_user(self, value: str) -> Refusal:
+        """A refused Basic login names a recipient when its user name is one."""
+        try:
+            username = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[0]
+            known = self.recipient(recipient_name(username))
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            known = None
+        if known is None:
+            return _UNKNOWN_CREDENTIALS
+        return Refusal(Reason.INVALID_CREDENTIALS, known.name)
 
     def _bearer(self, token: str) -> _Entry | None:
         credential_id = token_credential_id(token)

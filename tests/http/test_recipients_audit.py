@@ -4,6 +4,7 @@ bytes actually sent. Runs on SQLite and on a real PostgreSQL."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -271,6 +272,7 @@ def test_refused_authentications_are_audited_with_their_reason(
     with run_server(load_config(config_file), tmp_path / "srv") as server:
         make = {n: _create(config_file, server, n, tmp_path / f"{n}.share") for n in "abcd"}
         tokens = {n: p["bearerToken"] for n, p in make.items()}
+        _create(config_file, server, "e", tmp_path / "e.share", "--type", "basic")
         ids = {n: t.split("_")[1] for n, t in tokens.items()}
         assert _cli(config_file, "revoke", "b") == 0
         assert _cli(config_file, "disable", "c") == 0
@@ -285,6 +287,8 @@ def test_refused_authentications_are_audited_with_their_reason(
             (f"Bearer {tokens['c']}", 403),
             (f"Bearer {OLD_TOKEN}", 403),
             (f"Bearer {FENCED_TOKEN}", 403),
+            ("Basic " + base64.b64encode(b"e:wrong-password").decode(), 401),
+            ("Basic " + base64.b64encode(b"nobody:wrong-password").decode(), 401),
         ]
         for header, status in attempts:
             headers = {"User-Agent": "refused/1", **({"Authorization": header} if header else {})}
@@ -307,6 +311,8 @@ def test_refused_authentications_are_audited_with_their_reason(
         ("c", ids["c"], 403, "recipient_disabled"),
         ("old", "config-old-0", 403, "recipient_expired"),
         ("fenced", "config-fenced-0", 403, "address_not_allowed"),
+        ("e", None, 401, "invalid_credentials"),
+        (None, None, 401, "invalid_credentials"),
         ("b", ids["a"], 403, "url_signature_invalid"),
     ]
     assert all(e["client"] == "127.0.0.1" and e["user_agent"] == "refused/1" for e in failed)
@@ -314,7 +320,7 @@ def test_refused_authentications_are_audited_with_their_reason(
     assert failed[-1]["operation"] == "serve_file" and "bytes" not in failed[-1]
     text = json.dumps(failed)
     assert all(secret not in text for secret in [*tokens.values(), OLD_TOKEN, FENCED_TOKEN])
-    assert "sig=" not in text and wrong_secret not in text
+    assert "sig=" not in text and wrong_secret not in text and "wrong-password" not in text
     # The served requests (the query above) are not among the failed ones, but are recorded.
     everything = _audit(config_file, capsys, lambda e: True)
     assert any(e["operation"] == "query_table" and "reason" not in e for e in everything)
