@@ -21,9 +21,8 @@ import pytest
 from app.cli import main as lakeshare
 from tests.http.oauth_support import write_config
 from tests.support import REPO_ROOT
-from tests.support.postgres import fresh_database
+from tests.support.postgres import store_url
 from tests.support.processes import free_port, stop, wait_http
-from tests.support.requirements import require
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +31,7 @@ ISSUER = "https://sharing.example.com/delta-sharing"
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
-    if request.param == "postgresql":
-        base = request.getfixturevalue("postgres_base")
-        require(base is not None, "PostgreSQL binaries (initdb, pg_ctl) and psycopg")
-        url = fresh_database(base)
-    else:
-        url = f"sqlite:///{tmp_path / 'shared.db'}"
+    url = store_url(request, request.param, sqlite_file=tmp_path / "shared.db")
     config = write_config(
         tmp_path,
         store={"url": url, "cacheSeconds": 1},

@@ -20,8 +20,8 @@ import yaml
 from app.cli import main as cli
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
-from tests.support.postgres import fresh_database
-from tests.support.requirements import require
+from tests.support.postgres import store_url
+from tests.support.recipients import create_recipient, recipients_cli
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
@@ -51,10 +51,9 @@ def config_file(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
             },
         ],
     }
-    if request.param == "postgresql":
-        base = request.getfixturevalue("postgres_base")
-        require(base is not None, "PostgreSQL binaries (initdb, pg_ctl) and psycopg")
-        document["store"]["url"] = fresh_database(base)
+    url = store_url(request, request.param, sqlite_file=None)
+    if url is not None:
+        document["store"]["url"] = url
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     return path
@@ -69,28 +68,7 @@ def server(config_file: Path, tmp_path: Path) -> Iterator[RunningServer]:
 def _create(
     config_file: Path, server: RunningServer, name: str, *extra: str, out: Path
 ) -> dict[str, Any]:
-    code = cli(
-        [
-            "recipients",
-            "create",
-            name,
-            "--config",
-            str(config_file),
-            "--profile-out",
-            str(out),
-            "--endpoint",
-            server.base_url + "/",
-            *extra,
-        ]
-    )
-    assert code == 0
-    assert out.stat().st_mode & 0o777 == 0o600
-    profile: dict[str, Any] = json.loads(out.read_text())
-    return profile
-
-
-def _cli(config_file: Path, *args: str) -> int:
-    return cli(["recipients", args[0], *args[1:], "--config", str(config_file)])
+    return create_recipient(config_file, server.base_url, name, *extra, out=out)
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -190,13 +168,13 @@ def test_revoke_disable_expiry_and_ip_allow_list(
     ]
     headers = {"Authorization": f"Bearer {token}"}
     assert httpx.get(server.url("/shares"), headers=headers).status_code == 200
-    assert _cli(config_file, "disable", "acme") == 0
+    assert recipients_cli(config_file, "disable", "acme") == 0
     response = httpx.get(server.url("/shares"), headers=headers)
     assert response.status_code == 403 and response.headers["content-type"] == JSON_TYPE
     assert response.json()["errorCode"] == "PERMISSION_DENIED"
-    assert _cli(config_file, "enable", "acme") == 0
+    assert recipients_cli(config_file, "enable", "acme") == 0
     assert httpx.get(server.url("/shares"), headers=headers).status_code == 200
-    assert _cli(config_file, "revoke", "acme") == 0
+    assert recipients_cli(config_file, "revoke", "acme") == 0
     response = httpx.get(server.url("/shares"), headers=headers)
     assert response.status_code == 401 and response.json()["errorCode"] == "UNAUTHENTICATED"
     assert token not in response.text

@@ -24,8 +24,8 @@ from app.cli import main as cli
 from sharing.config import load_config
 from sharing.recipients.hashing import hash_token
 from tests.support.corpus import CORPUS
-from tests.support.postgres import fresh_database
-from tests.support.requirements import require
+from tests.support.postgres import store_url
+from tests.support.recipients import create_recipient, recipients_cli
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
@@ -65,10 +65,9 @@ def config_file(request: pytest.FixtureRequest, tmp_path: Path, big_table: Path)
             }
         ],
     }
-    if request.param == "postgresql":
-        base = request.getfixturevalue("postgres_base")
-        require(base is not None, "PostgreSQL binaries (initdb, pg_ctl) and psycopg")
-        document["store"]["url"] = fresh_database(base)
+    url = store_url(request, request.param, sqlite_file=None)
+    if url is not None:
+        document["store"]["url"] = url
     path = tmp_path / "server.yaml"
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     return path
@@ -83,25 +82,7 @@ def server(config_file: Path, tmp_path: Path) -> Iterator[RunningServer]:
 def _create(
     config_file: Path, server: RunningServer, name: str, out: Path, *extra: str
 ) -> dict[str, Any]:
-    code = cli(
-        [
-            "recipients",
-            "create",
-            name,
-            "--config",
-            str(config_file),
-            "--share",
-            "sales",
-            "--profile-out",
-            str(out),
-            "--endpoint",
-            server.base_url + "/",
-            *extra,
-        ]
-    )
-    assert code == 0
-    profile: dict[str, Any] = json.loads(out.read_text())
-    return profile
+    return create_recipient(config_file, server.base_url, name, "--share", "sales", *extra, out=out)
 
 
 def _audit(
@@ -274,8 +255,8 @@ def test_refused_authentications_are_audited_with_their_reason(
         tokens = {n: p["bearerToken"] for n, p in make.items()}
         _create(config_file, server, "e", tmp_path / "e.share", "--type", "basic")
         ids = {n: t.split("_")[1] for n, t in tokens.items()}
-        assert _cli(config_file, "revoke", "b") == 0
-        assert _cli(config_file, "disable", "c") == 0
+        assert recipients_cli(config_file, "revoke", "b") == 0
+        assert recipients_cli(config_file, "disable", "c") == 0
         wrong_secret = tokens["d"][:-4] + ("AAAA" if not tokens["d"].endswith("AAAA") else "BBBB")
         url = _file_urls(server, {"Authorization": f"Bearer {tokens['a']}"}, "t")[0]["url"]
         shares = server.url("/shares")
@@ -342,10 +323,6 @@ def test_refusals_recorded_per_address_are_bounded(
     assert "lakeshare_audit_refusals_unrecorded_total 7.0" in metrics
 
 
-def _cli(config_file: Path, *args: str) -> int:
-    return cli(["recipients", args[0], *args[1:], "--config", str(config_file)])
-
-
 def test_failed_logins_at_the_token_endpoint_are_audited(
     config_file: Path, server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -356,7 +333,7 @@ def test_failed_logins_at_the_token_endpoint_are_audited(
     assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
     ok = httpx.post(endpoint, data=form, auth=(client_id, profile["clientSecret"]))
     assert ok.status_code == 200
-    assert _cli(config_file, "disable", "acme") == 0
+    assert recipients_cli(config_file, "disable", "acme") == 0
     refused = httpx.post(endpoint, data=form, auth=(client_id, profile["clientSecret"]))
     assert refused.status_code == 400 and refused.json()["error"] == "unauthorized_client"
     failed = _audit(config_file, capsys, lambda e: len(e) >= 2, "--failed")

@@ -20,9 +20,8 @@ import yaml
 from sharing.recipients.hashing import hash_token
 from tests.support import REPO_ROOT
 from tests.support.corpus import CORPUS
-from tests.support.postgres import fresh_database
+from tests.support.postgres import store_url
 from tests.support.processes import free_port, stop, wait_http
-from tests.support.requirements import require
 from tests.support.server import TEST_SIGNING_SECRET
 
 pytestmark = pytest.mark.slow
@@ -33,12 +32,7 @@ CACHE_SECONDS = 1
 
 @pytest.fixture(params=["postgresql", "sqlite"])
 def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
-    if request.param == "postgresql":
-        base = request.getfixturevalue("postgres_base")
-        require(base is not None, "PostgreSQL binaries (initdb, pg_ctl) and psycopg")
-        url = fresh_database(base)
-    else:
-        url = f"sqlite:///{tmp_path / 'shared-state.db'}"
+    url = store_url(request, request.param, sqlite_file=tmp_path / "shared-state.db")
     table = {"name": "t", "location": str(CORPUS / "levi/dat/basic_append/delta")}
     document: dict[str, Any] = {
         "version": 1,

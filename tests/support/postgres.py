@@ -22,7 +22,15 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["fresh_database", "postgres_available", "postgres_base", "postgres_server"]
+from tests.support.requirements import require
+
+__all__ = [
+    "fresh_database",
+    "postgres_available",
+    "postgres_base",
+    "postgres_server",
+    "store_url",
+]
 
 _DEBIAN_BIN = Path("/usr/lib/postgresql")
 
@@ -104,6 +112,17 @@ def fresh_database(base_url: str) -> str:
                 raise
             time.sleep(0.1)
     return f"{base_url}/{name}"
+
+
+def store_url(request: pytest.FixtureRequest, kind: str, sqlite_file: Path | None) -> str | None:
+    """The state store of a test run on both stores: a fresh database on the session's
+    PostgreSQL for "postgresql" (skipped without the binaries), else SQLite at
+    `sqlite_file` (None: the default file beside the configuration)."""
+    if kind != "postgresql":
+        return None if sqlite_file is None else f"sqlite:///{sqlite_file}"
+    base = request.getfixturevalue("postgres_base")
+    require(base is not None, "PostgreSQL binaries (initdb, pg_ctl) and psycopg")
+    return fresh_database(base)
 
 
 @pytest.fixture(scope="session")

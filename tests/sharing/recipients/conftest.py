@@ -10,17 +10,14 @@ from pathlib import Path
 import pytest
 
 from sharing.store import Store, open_store
-from tests.support.postgres import fresh_database
-from tests.support.requirements import require
+from tests.support.postgres import store_url as store_url_for
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'state.db'}"
-    base = request.getfixturevalue("postgres_base")
-    require(base is not None, "PostgreSQL binaries (initdb, pg_ctl) and psycopg")
-    return fresh_database(base)
+    url = store_url_for(request, request.param, sqlite_file=tmp_path / "state.db")
+    assert url is not None
+    return url
 
 
 @pytest.fixture
