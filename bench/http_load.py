@@ -16,6 +16,9 @@ average when it was measured.
 Requests: `GET /shares`, `GET …/version`, `POST …/query {}` on the small table, and
 `POST …/query {}` on the big table (1 and 4 connections: each response is tens of MB).
 The load generator shares the 2 cores with the server: compare ratios, not absolutes.
+`srv ms` is the server's own mean time per request in the cell (request to end of body,
+from its `lakeshare_http_request_duration_seconds` histogram on /metrics), without the
+load generator's and the loopback's share of the latency.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +122,21 @@ def run_wrk(url: str, case: Case, connections: int, duration: int, workdir: Path
         p99_ms=data["p99"] / 1000,
         errors=data["errors"],
     )
+
+
+def server_seconds(url: str) -> tuple[float, float]:
+    """Total seconds and requests the server has measured, over every route but /metrics."""
+    request = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+    totals = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        for kind in totals:
+            metric = f"lakeshare_http_request_duration_seconds_{kind}"
+            if name == metric and 'route="/metrics"' not in rest:
+                totals[kind] += float(rest.rsplit(" ", 1)[1])
+    return totals["sum"], totals["count"]
 
 
 def start(args: list[str], workdir: Path, name: str, ready: str) -> subprocess.Popen[bytes]:
@@ -225,7 +244,8 @@ def main() -> None:
     )
     print(
         f"{'request':<14} {'workers':>7} {'conns':>5} {'req/s':>9} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'errors':>6} {'trivial':>9} {'vs trivial':>10} {'load':>5}"
+        f"{'p99 ms':>8} {'errors':>6} {'trivial':>9} {'vs trivial':>10} {'srv ms':>7} "
+        f"{'load':>5}"
     )
     try:
         for workers in args.workers:
@@ -247,17 +267,22 @@ def main() -> None:
             )
             url = f"http://127.0.0.1:{port}"
             try:
-                # Warm every table once (snapshot loads are measured elsewhere).
+                # Warm every table in every worker (snapshot loads are measured elsewhere):
+                # a few connections, so that each worker accepts some.
                 for case in cases:
-                    run_wrk(url, case, 1, 1, workdir)
+                    run_wrk(url, case, 4 * workers, 1, workdir)
                 for case in cases:
                     for c in case.connections or every:
                         b = baseline(c)
+                        before = server_seconds(url)
                         r = run_wrk(url, case, c, args.duration, workdir)
+                        after = server_seconds(url)
+                        served = after[1] - before[1]
+                        server_ms = (after[0] - before[0]) / served * 1000 if served else 0.0
                         print(
                             f"{case.name:<14} {workers:>7} {c:>5} {r.rps:>9.0f} "
                             f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.errors:>6} {b.rps:>9.0f} "
-                            f"{r.rps / b.rps:>10.3f} {_load_average()[0]:>5}",
+                            f"{r.rps / b.rps:>10.3f} {server_ms:>7.2f} {_load_average()[0]:>5}",
                             flush=True,
                         )
                         time.sleep(0.5)

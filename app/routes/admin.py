@@ -18,17 +18,19 @@ from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from app.audit import attribute_to, refused
 from app.errors import install_error_handlers
 from app.responses import JsonResponse
 from sharing.config import ServerConfig
 from sharing.errors import Forbidden, InvalidParameter
 from sharing.recipients.activation import create_link
 from sharing.recipients.audit import query_events
-from sharing.recipients.directory import Challenge
+from sharing.recipients.directory import ADMIN_RECIPIENT, Challenge
 from sharing.recipients.hashing import hash_token, token_matches
 from sharing.recipients.model import CredentialType
 from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
 from sharing.recipients.profiles import endpoint_url, profile_for
+from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
 from sharing.recipients.runtime import Recipients
 from sharing.recipients.views import recipient_json
@@ -87,9 +89,16 @@ def _require_admin(request: Request) -> None:
     header = request.headers.get("authorization") or ""
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
+        refused(request, Refusal(Reason.MISSING_CREDENTIALS))
         raise Challenge("Missing admin bearer token in the Authorization header.", _REALM)
     if not token_matches(token.strip(), expected):
+        refused(request, Refusal(Reason.INVALID_CREDENTIALS))
         raise Challenge("The admin token is invalid.", f'{_REALM}, error="invalid_token"')
+    attribute_to(request, ADMIN_RECIPIENT, None)  # the audit trail records admin operations
+    route = request.scope.get("route")
+    target = request.path_params.get("name")
+    if target is not None:  # the audit record has no column for the recipient acted on
+        log.info("admin: %s %s", getattr(route, "name", request.method), str(target)[:64])
 
 
 Repository = Annotated[RecipientRepository, Depends(_repository)]

@@ -1,6 +1,8 @@
 """The fast path of small snapshot queries: a response of fewer than `SMALL_PLAN_FILES`
-files is built and signed in one step, in the thread that planned it, and what it is made
-of is kept for the next request on the same table version.
+files is built and signed in one step, and what it is made of is kept for the next request
+on the same table version. When the table version is fresh and its selection kept, the
+step runs on the event loop (Planner.query_ready: no I/O, no thread hand-off); otherwise
+in the worker thread that planned it (Planner.query_response).
 
 What a snapshot query selects (head lines, the files after predicate hints, limit and
 paging, the unsigned parts of their lines) depends only on the table version and the

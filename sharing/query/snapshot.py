@@ -3,7 +3,9 @@
 The plan resolves the snapshot (latest, time travel, or the version pinned by a page or
 refresh token), checks everything a client can get wrong before the first byte is sent,
 selects the files of this page, and leaves the per-batch work (signing, formatting) to the
-streaming body.
+streaming body. A small selection is kept, with its line templates, in the planner's
+`SelectionCache` (sharing.query.small); `plan_cached_query` plans from it alone, without
+I/O, for callers that must not block.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ from sharing.store import Store
 from sharing.store.clock import now_ms
 
 __all__ = [
+    "ADMIN_RECIPIENT",
     "BEARER_TOKEN_RECIPIENT",
     "BearerVerifier",
     "Challenge",
@@ -68,6 +69,8 @@ __all__ = [
 log = logging.getLogger("lakeshare.recipients")
 
 BEARER_TOKEN_RECIPIENT = "_bearer_token"
+# Who the audit trail names for the admin API's requests (no recipient can be called so).
+ADMIN_RECIPIENT = "_admin"
 """The recipient `authorization.bearerToken` stands for (a name the CLI cannot create)."""
 
 DEFAULT_CACHE_SECONDS = 2.0

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,6 +136,33 @@ def test_admin_api_needs_the_admin_token_and_recipient_tokens_do_not_work(
         assert response.status_code == 401 and response.json()["errorCode"] == "UNAUTHENTICATED"
     # ...and the admin token opens no share.
     assert httpx.get(server.url("/shares"), headers=ADMIN).status_code == 401
+
+
+def test_admin_requests_and_refused_admin_logins_are_audited(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert httpx.get(_admin_url(server, "/recipients")).status_code == 401
+    wrong = {"Authorization": f"Bearer {TEST_BEARER_TOKEN}"}
+    assert httpx.get(_admin_url(server, "/recipients"), headers=wrong).status_code == 401
+    assert httpx.get(_admin_url(server, "/recipients"), headers=ADMIN).status_code == 200
+    deadline = time.monotonic() + 15  # the store writer flushes about once a second
+    records: list[dict[str, object]] = []
+    while time.monotonic() < deadline and len(records) < 3:
+        time.sleep(0.2)
+        listed = httpx.get(_admin_url(server, "/audit"), headers=ADMIN).json()["items"]
+        records = [r for r in listed if r["operation"] == "list_recipients" or r["status"] == 401]
+    refusals = [r for r in records if r["status"] == 401]
+    assert sorted(str(r["reason"]) for r in refusals) == [
+        "invalid_credentials",
+        "missing_credentials",
+    ]
+    assert all("recipient" not in r for r in refusals)  # no name is claimed by a bad token
+    (done,) = [r for r in records if r["status"] == 200]
+    assert done["recipient"] == "_admin" and done["operation"] == "list_recipients"
+    assert TEST_BEARER_TOKEN not in json.dumps(records) and ADMIN_TOKEN not in json.dumps(records)
+    with caplog.at_level(logging.INFO, logger="lakeshare.admin"):
+        httpx.post(_admin_url(server, "/recipients/nobody/disable"), headers=ADMIN)
+    assert "admin: disable nobody" in caplog.messages  # names whom an operation acted on
 
 
 def test_admin_api_is_described_in_its_openapi_schema(server: RunningServer) -> None:
