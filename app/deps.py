@@ -2,7 +2,9 @@
 `app.state`), and the request headers every table route reads, parsed once.
 
 Routes declare what they need in their signature (`planner: PlannerDep`), so a route reads
-as its inputs and nothing reaches into `request.app.state` by hand.
+as its inputs and nothing reaches into `request.app.state` by hand. They are `async def`
+because none of them blocks: FastAPI runs a plain `def` dependency in its thread pool, a
+thread hand-off per dependency per request.
 """
 
 from __future__ import annotations
@@ -37,52 +39,52 @@ __all__ = [
 ]
 
 
-def get_config(request: Request) -> ServerConfig:
+async def get_config(request: Request) -> ServerConfig:
     config: ServerConfig = request.app.state.config
     return config
 
 
-def get_catalog(request: Request) -> Catalog:
+async def get_catalog(request: Request) -> Catalog:
     """The catalog as the request's principal sees it (app.auth: a recipient's grants)."""
     return catalog_for(request)
 
 
-def get_tables(request: Request) -> TableService:
+async def get_tables(request: Request) -> TableService:
     tables: TableService = request.app.state.tables
     return tables
 
 
-def get_planner(request: Request) -> Planner:
+async def get_planner(request: Request) -> Planner:
     planner: Planner = request.app.state.planner
     return planner
 
 
-def get_async_queries(request: Request) -> AsyncQueryService:
+async def get_async_queries(request: Request) -> AsyncQueryService:
     service: AsyncQueryService = request.app.state.async_queries
     return service
 
 
-def get_file_server(request: Request) -> FileServer:
+async def get_file_server(request: Request) -> FileServer:
     server: FileServer = request.app.state.file_server
     return server
 
 
-def base_url(request: Request) -> str:
+async def base_url(request: Request) -> str:
     """The request's own base URL (signed URLs use it when no `publicUrl` is set)."""
     return str(request.base_url)
 
 
-def url_holder(principal: CurrentPrincipal) -> UrlHolder:
+async def url_holder(principal: CurrentPrincipal) -> UrlHolder:
     """Whom the request's signed file URLs are for: its recipient and credential."""
     return UrlHolder(principal.recipient, principal.credential_id)
 
 
-def request_capabilities(request: Request) -> Capabilities:
+async def request_capabilities(request: Request) -> Capabilities:
     """The `delta-sharing-capabilities` header, parsed (a bad one is a 400)."""
     return capabilities.parse(request.headers.get(capabilities.HEADER))
 
 
-def file_id_hash(request: Request) -> str | None:
+async def file_id_hash(request: Request) -> str | None:
     """The `fileidhash` header: the file id scheme asked for, or None."""
     return parse_file_id_hash(request.headers.get(FILE_ID_HASH_HEADER))
 

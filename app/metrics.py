@@ -40,6 +40,9 @@ _TABLE_LABELS = ("share", "schema", "table")
 # Request latencies: sub-millisecond listings up to minutes-long streamed responses.
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# Label children cached per kind of request; the label sets are bounded by the configuration
+# (module doc), this bounds the cache whatever it holds.
+_MAX_CACHED_CHILDREN = 4096
 _SIGN_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10)
 
 
@@ -47,6 +50,9 @@ def multiprocess_mode() -> bool:
     """Whether prometheus-client was imported with `PROMETHEUS_MULTIPROC_DIR` set (it
     chooses where values live at import time, so the variable alone is not enough)."""
     return values.ValueClass is not values.MutexValue
+
+
+_RequestChildren = tuple[Counter, Histogram, Counter, tuple[str, str, str]]
 
 
 class _Names:
@@ -164,6 +170,9 @@ class Metrics:
             "budget (store.failedAuthAuditPerMinute).",
             registry=reg,
         )
+        self._request_children: dict[tuple[object, ...], _RequestChildren] = {}
+        self._snapshot_children: dict[tuple[str, str, str, str], Counter] = {}
+        self._cache_hits: Counter | None = None  # made on the first hit (no 0 series before)
         self.urls_signed = Counter(
             "lakeshare_urls_signed",
             "URLs signed (data files and deletion vector files), by signer.",
@@ -176,11 +185,18 @@ class Metrics:
     def request_finished(self, record: RequestRecord) -> None:
         route = record.route or UNMATCHED
         method = record.method if record.method in _METHODS else OTHER
-        tables = self._names.labels(record.share, record.schema, record.table)
-        self.requests.labels(route, method, str(record.status), *tables).inc()
-        self.latency.labels(route, method).observe(record.seconds)
+        key = (route, method, record.status, record.share, record.schema, record.table)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._children_for(route, method, record)
+            if len(self._request_children) >= _MAX_CACHED_CHILDREN:
+                self._request_children.clear()
+            self._request_children[key] = children
+        requests, latency, response_bytes, tables = children
+        requests.inc()
+        latency.observe(record.seconds)
         if record.bytes_sent:
-            self.response_bytes.labels(route).inc(record.bytes_sent)
+            response_bytes.inc(record.bytes_sent)
         if record.error_code is not None:
             self.errors.labels(route, record.error_code).inc()
         if record.aborted:
@@ -190,14 +206,34 @@ class Metrics:
         if record.file_download and record.bytes_sent:
             self.file_bytes.labels(*tables).inc(record.bytes_sent)
 
+    def _children_for(self, route: str, method: str, record: RequestRecord) -> _RequestChildren:
+        """The labelled series one kind of request updates (`labels()` validates and locks
+        on every call: looked up once per kind, not once per request)."""
+        tables = self._names.labels(record.share, record.schema, record.table)
+        return (
+            self.requests.labels(route, method, str(record.status), *tables),
+            self.latency.labels(route, method),
+            self.response_bytes.labels(route),
+            tables,
+        )
+
     def snapshot_resolved(
         self, shared: SharedTable, event: events.SnapshotResolved, seconds: float
     ) -> None:
-        tables = self._names.labels(shared.share, shared.schema, shared.name)
         source = event.source if event.source in events.SOURCES else OTHER
-        self.snapshots.labels(source, *tables).inc()
+        key = (source, shared.share, shared.schema, shared.name)
+        snapshots = self._snapshot_children.get(key)
+        if snapshots is None:
+            tables = self._names.labels(shared.share, shared.schema, shared.name)
+            snapshots = self.snapshots.labels(source, *tables)
+            if len(self._snapshot_children) >= _MAX_CACHED_CHILDREN:
+                self._snapshot_children.clear()
+            self._snapshot_children[key] = snapshots
+        snapshots.inc()
         if source == events.CACHED:
-            self.snapshot_cache.labels("hit").inc()
+            if self._cache_hits is None:
+                self._cache_hits = self.snapshot_cache.labels("hit")
+            self._cache_hits.inc()
             return
         self.snapshot_cache.labels("miss").inc()
         self.snapshot_load.labels(source).observe(seconds)

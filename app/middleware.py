@@ -8,11 +8,10 @@ untouched and without buffering.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
 import re
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +35,7 @@ log = logging.getLogger("lakeshare.server")
 access_log = logging.getLogger("lakeshare.access")
 
 REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID_KEY = REQUEST_ID_HEADER.encode("latin-1")
 # Set in scope["state"] by routes whose path itself carries a secret (signed file URLs) to the
 # text the logs should show instead of the concrete path (typically the route template).
 REDACT_PATH_STATE = "loggable_path"
@@ -115,9 +115,18 @@ class _FileActionCounter:
         self._tail = (tail + chunk[-keep:])[-keep:]
 
 
+def _new_request_id() -> str:
+    """What `uuid.uuid4().hex` gives (random, version 4, RFC 4122 variant) without building
+    a UUID object per request."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    return raw.hex()
+
+
 def _incoming_request_id(scope: Scope) -> str | None:
     for name, value in scope.get("headers", ()):
-        if name == REQUEST_ID_HEADER.encode("latin-1"):
+        if name == _REQUEST_ID_KEY:
             candidate = value.decode("latin-1").strip()
             if _SAFE_REQUEST_ID.fullmatch(candidate):
                 return str(candidate)
@@ -231,7 +240,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _incoming_request_id(scope) or uuid.uuid4().hex
+        request_id = _incoming_request_id(scope) or _new_request_id()
         scope.setdefault("state", {})["request_id"] = request_id
         reset_token = request_id_var.set(request_id)
         response = _Response()
@@ -247,8 +256,12 @@ class RequestContextMiddleware:
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = list(message.get("headers", ()))
-                MutableHeaders(scope=message)["X-Request-Id"] = request_id
+                headers = list(message.get("headers", ()))
+                message["headers"] = headers
+                if any(key.lower() == _REQUEST_ID_KEY for key, _ in headers):
+                    MutableHeaders(scope=message)["X-Request-Id"] = request_id
+                else:
+                    headers.append((_REQUEST_ID_KEY, request_id.encode("latin-1")))
                 response.start(message)
             elif message["type"] == "http.response.body":
                 response.body(message)
@@ -352,7 +365,10 @@ class RequestTimeoutMiddleware:
     """`requestTimeoutSeconds`: a request that has not *started* its response in time gets a
     503 JSON error. A streamed response that has started is never cut (its first line goes
     out early by design); work running in a worker thread cannot be interrupted and simply
-    finishes unobserved."""
+    finishes unobserved.
+
+    The app runs in the request's own task under an `asyncio.timeout` that the response's
+    start disarms: one timer per request, no extra task or event."""
 
     def __init__(self, app: ASGIApp, timeout_seconds: float) -> None:
         self.app = app
@@ -362,32 +378,26 @@ class RequestTimeoutMiddleware:
         if scope["type"] != "http" or self.timeout_seconds <= 0:
             await self.app(scope, receive, send)
             return
-        started = asyncio.Event()
+        started = False
+        deadline = asyncio.timeout(self.timeout_seconds)
 
         async def send_marking_start(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started.set()
+            nonlocal started
+            if not started and message["type"] == "http.response.start":
+                started = True
+                if not deadline.expired():
+                    deadline.reschedule(None)
             await send(message)
 
-        task = asyncio.ensure_future(self.app(scope, receive, send_marking_start))
-        waiter = asyncio.ensure_future(started.wait())
         try:
-            await asyncio.wait(
-                {task, waiter}, timeout=self.timeout_seconds, return_when=asyncio.FIRST_COMPLETED
-            )
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        finally:
-            waiter.cancel()
-        if task.done() or started.is_set():
-            await task
+            async with deadline:
+                await self.app(scope, receive, send_marking_start)
             return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        if started.is_set():
-            return
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the app's own, not the deadline
+            if started:
+                return  # the app started its response after all; nothing more to say
         log.warning(
             "request exceeded requestTimeoutSeconds=%s before responding", self.timeout_seconds
         )

@@ -4,11 +4,14 @@
                                         [--duration 8] [--big-files 100000]
 
 Starts, on 127.0.0.1: a trivial FastAPI app on uvicorn (one route answering a constant
-`{"items": [...]}` — the ceiling of the stack on this machine, measured in the same run),
-and the real server (`lakeshare serve`, once per `--workers` value) sharing the DAT table
-`basic_partitioned` (6 files) and a generated table of `--big-files` files. Drives each
-with `wrk` (Debian's package) at each connection count and prints requests/s, p50 and p99
-latency and the ratio of requests/s to the trivial route at the same connection count.
+`{"items": [...]}` — the ceiling of the stack on this machine), and the real server
+(`lakeshare serve`, once per `--workers` value) sharing the DAT table `basic_partitioned`
+(6 files) and a generated table of `--big-files` files. Drives each with `wrk` (Debian's
+package) at each connection count and prints requests/s, p50 and p99 latency and the ratio
+of requests/s to the trivial route. The 2 cores are shared with other work whose load
+changes by the minute, so the trivial route is measured right before every cell at the
+same connection count (the ratio is of that pair), and each row shows the 1-minute load
+average when it was measured.
 
 Requests: `GET /shares`, `GET …/version`, `POST …/query {}` on the small table, and
 `POST …/query {}` on the big table (1 and 4 connections: each response is tens of MB).
@@ -167,6 +170,11 @@ def write_config(path: Path, small: Path, big: Path | None) -> None:
     path.write_text(yaml.safe_dump(config))
 
 
+def _load_average() -> list[str]:
+    """The 1, 5 and 15-minute load averages (/proc/loadavg)."""
+    return Path("/proc/loadavg").read_text().split()[:3]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1])
@@ -222,72 +230,67 @@ def main() -> None:
         "trivial",
         f"http://127.0.0.1:{trivial_port}/items",
     )
-    baseline: dict[int, Result] = {}
-    try:
-        for c in every:
-            baseline[c] = run_wrk(
-                f"http://127.0.0.1:{trivial_port}",
-                Case("trivial", "GET", "/items", None),
-                c,
-                args.duration,
-                workdir,
-            )
-    finally:
-        stop(trivial)
+    trivial_case = Case("trivial", "GET", "/items", None)
+
+    def baseline(connections: int) -> Result:
+        """The trivial route at `connections`, measured now (next to the cell it scales)."""
+        return run_wrk(
+            f"http://127.0.0.1:{trivial_port}", trivial_case, connections, args.duration, workdir
+        )
 
     print(
         f"\nmachine: {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()}"
-        f" cores; load average before the run: {Path('/proc/loadavg').read_text().split()[:3]}"
+        f" cores; load average before the run: {_load_average()}"
     )
     print(
         f"{'request':<14} {'workers':>7} {'conns':>5} {'req/s':>9} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'errors':>6} {'vs trivial':>10} {'srv ms':>7}"
+        f"{'p99 ms':>8} {'errors':>6} {'trivial':>9} {'vs trivial':>10} {'srv ms':>7} "
+        f"{'load':>5}"
     )
-    for c in every:
-        b = baseline[c]
-        print(
-            f"{'trivial route':<14} {1:>7} {c:>5} {b.rps:>9.0f} {b.p50_ms:>8.2f} "
-            f"{b.p99_ms:>8.2f} {b.errors:>6} {1.0:>10.2f}"
-        )
-
-    for workers in args.workers:
-        port = free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--config",
-            str(config),
-            "--port",
-            str(port),
-        ]
-        if workers != 1 or supports_workers():
-            command += ["--workers", str(workers)]  # the default is one per core
-        server = start(command, workdir, f"lakeshare-{workers}", f"http://127.0.0.1:{port}/healthz")
-        url = f"http://127.0.0.1:{port}"
-        try:
-            # Warm every table in every worker (snapshot loads are measured elsewhere):
-            # a few connections, so that each worker accepts some.
-            for case in cases:
-                run_wrk(url, case, 4 * workers, 1, workdir)
-            for case in cases:
-                for c in case.connections or every:
-                    before = server_seconds(url)
-                    r = run_wrk(url, case, c, args.duration, workdir)
-                    after = server_seconds(url)
-                    served = after[1] - before[1]
-                    server_ms = (after[0] - before[0]) / served * 1000 if served else 0.0
-                    ratio = r.rps / baseline[c].rps
-                    print(
-                        f"{case.name:<14} {workers:>7} {c:>5} {r.rps:>9.0f} "
-                        f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.errors:>6} {ratio:>10.3f} "
-                        f"{server_ms:>7.2f}",
-                        flush=True,
-                    )
-                    time.sleep(0.5)
-        finally:
-            stop(server)
+    try:
+        for workers in args.workers:
+            port = free_port()
+            command = [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+            ]
+            if workers != 1 or supports_workers():
+                command += ["--workers", str(workers)]  # the default is one per core
+            server = start(
+                command, workdir, f"lakeshare-{workers}", f"http://127.0.0.1:{port}/healthz"
+            )
+            url = f"http://127.0.0.1:{port}"
+            try:
+                # Warm every table in every worker (snapshot loads are measured elsewhere):
+                # a few connections, so that each worker accepts some.
+                for case in cases:
+                    run_wrk(url, case, 4 * workers, 1, workdir)
+                for case in cases:
+                    for c in case.connections or every:
+                        b = baseline(c)
+                        before = server_seconds(url)
+                        r = run_wrk(url, case, c, args.duration, workdir)
+                        after = server_seconds(url)
+                        served = after[1] - before[1]
+                        server_ms = (after[0] - before[0]) / served * 1000 if served else 0.0
+                        print(
+                            f"{case.name:<14} {workers:>7} {c:>5} {r.rps:>9.0f} "
+                            f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.errors:>6} {b.rps:>9.0f} "
+                            f"{r.rps / b.rps:>10.3f} {server_ms:>7.2f} {_load_average()[0]:>5}",
+                            flush=True,
+                        )
+                        time.sleep(0.5)
+            finally:
+                stop(server)
+    finally:
+        stop(trivial)
+    print(f"load average after the run: {_load_average()}")
     shutil.rmtree(workdir, ignore_errors=True)
 
 

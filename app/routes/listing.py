@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Request
 
+from app.auth import catalog_for
 from app.deps import CatalogDep
 from app.responses import JsonResponse
+from sharing.catalog import Catalog
 from sharing.errors import InvalidParameter
 from sharing.numbers import INT32, NUMBER_FORMAT_MESSAGE, parse_integer
 
 __all__ = ["router"]
 
 router = APIRouter()
-
-MaxResults = Annotated[str | None, Query(alias="maxResults")]
-PageToken = Annotated[str | None, Query(alias="pageToken")]
 
 
 def _max_results(raw: str | None) -> int | None:
@@ -29,11 +29,31 @@ def _max_results(raw: str | None) -> int | None:
         raise InvalidParameter(NUMBER_FORMAT_MESSAGE) from None
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What every list API reads besides its path: the catalog the caller sees and the
+    paging parameters `maxResults` (parsed) and `pageToken`."""
+
+    catalog: Catalog
+    max_results: int | None
+    page_token: str | None
+
+
+async def _listing(request: Request) -> Listing:
+    # One dependency instead of the catalog and two query parameters: FastAPI's cost is
+    # per declared input, and a listing is otherwise almost free.
+    params = request.query_params
+    return Listing(
+        catalog_for(request), _max_results(params.get("maxResults")), params.get("pageToken")
+    )
+
+
+ListingDep = Annotated[Listing, Depends(_listing)]
+
+
 @router.get("/shares")
-async def list_shares(
-    catalog: CatalogDep, max_results: MaxResults = None, page_token: PageToken = None
-) -> JsonResponse:
-    page = catalog.list_shares(_max_results(max_results), page_token)
+async def list_shares(listing: ListingDep) -> JsonResponse:
+    page = listing.catalog.list_shares(listing.max_results, listing.page_token)
     return JsonResponse(page.to_json())
 
 
@@ -44,28 +64,18 @@ async def get_share(catalog: CatalogDep, share: str) -> JsonResponse:
 
 
 @router.get("/shares/{share}/schemas")
-async def list_schemas(
-    catalog: CatalogDep, share: str, max_results: MaxResults = None, page_token: PageToken = None
-) -> JsonResponse:
-    page = catalog.list_schemas(share, _max_results(max_results), page_token)
+async def list_schemas(listing: ListingDep, share: str) -> JsonResponse:
+    page = listing.catalog.list_schemas(share, listing.max_results, listing.page_token)
     return JsonResponse(page.to_json())
 
 
 @router.get("/shares/{share}/schemas/{schema}/tables")
-async def list_tables(
-    catalog: CatalogDep,
-    share: str,
-    schema: str,
-    max_results: MaxResults = None,
-    page_token: PageToken = None,
-) -> JsonResponse:
-    page = catalog.list_tables(share, schema, _max_results(max_results), page_token)
+async def list_tables(listing: ListingDep, share: str, schema: str) -> JsonResponse:
+    page = listing.catalog.list_tables(share, schema, listing.max_results, listing.page_token)
     return JsonResponse(page.to_json())
 
 
 @router.get("/shares/{share}/all-tables")
-async def list_all_tables(
-    catalog: CatalogDep, share: str, max_results: MaxResults = None, page_token: PageToken = None
-) -> JsonResponse:
-    page = catalog.list_all_tables(share, _max_results(max_results), page_token)
+async def list_all_tables(listing: ListingDep, share: str) -> JsonResponse:
+    page = listing.catalog.list_all_tables(share, listing.max_results, listing.page_token)
     return JsonResponse(page.to_json())

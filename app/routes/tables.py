@@ -5,6 +5,7 @@ request on an unknown table is a 400), then hands it to the planner."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -19,12 +20,14 @@ from app.deps import (
     ConfigDep,
     FileIdHashDep,
     PlannerDep,
-    TablesDep,
     UrlHolderDep,
+    get_catalog,
+    get_tables,
 )
 from app.limits import check_query_fields
 from app.responses import NDJSON, VERSION_HEADER, query_headers
 from app.routes import queries
+from sharing.catalog import SharedTable
 from sharing.query import capabilities
 from sharing.query.request import (
     ChangesInputs,
@@ -35,6 +38,7 @@ from sharing.query.request import (
     validate,
     validate_metadata_params,
 )
+from sharing.tables import TableService
 
 __all__ = ["router"]
 
@@ -43,27 +47,43 @@ router = APIRouter()
 _TABLE = "/shares/{share}/schemas/{schema}/tables/{table}"
 
 
-def _metadata_version(version: Annotated[str | None, Query()] = None) -> int | None:
+async def _metadata_version(version: Annotated[str | None, Query()] = None) -> int | None:
     return metadata_version(version)
+
+
+@dataclass(frozen=True, slots=True)
+class _VersionRequest:
+    shared: SharedTable
+    tables: TableService
+    starting_timestamp: str | None
+
+
+async def _version_request(request: Request) -> _VersionRequest:
+    """The version route's inputs as one dependency (FastAPI's cost is per declared input,
+    and a version within the refresh window is otherwise almost free): the table the path
+    names, as the caller's catalog resolves it, and `startingTimestamp`."""
+    path = request.path_params
+    catalog = await get_catalog(request)
+    shared = catalog.get_table(path["share"], path["schema"], path["table"])
+    starting_timestamp = request.query_params.get("startingTimestamp")
+    return _VersionRequest(shared, await get_tables(request), starting_timestamp)
 
 
 @router.get(_TABLE + "/version")
 @router.head(_TABLE)  # the deprecated form of the same request
 async def get_version(
-    share: str,
-    schema: str,
-    table: str,
-    catalog: CatalogDep,
-    tables: TablesDep,
-    starting_timestamp: Annotated[str | None, Query(alias="startingTimestamp")] = None,
+    asked: Annotated[_VersionRequest, Depends(_version_request)],
 ) -> Response:
-    shared = catalog.get_table(share, schema, table)
-    if starting_timestamp is None:
-        snapshot = await run_in_threadpool(tables.latest, shared)
+    shared, tables = asked.shared, asked.tables
+    if asked.starting_timestamp is None:
+        # Within the refresh window the answer is in memory: no thread hand-off.
+        snapshot = tables.fresh_latest(shared)
+        if snapshot is None:
+            snapshot = await run_in_threadpool(tables.latest, shared)
         version = snapshot.version
     else:
         version = await run_in_threadpool(
-            tables.version_for_starting_timestamp, shared, starting_timestamp
+            tables.version_for_starting_timestamp, shared, asked.starting_timestamp
         )
     return Response(status_code=200, headers={VERSION_HEADER: str(version)})
 

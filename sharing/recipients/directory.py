@@ -175,18 +175,22 @@ class RecipientDirectory:
         runs it off the event loop); False when the answer comes from memory."""
         if self.store is None:
             return False
-        if self._clock() - self._checked_at >= self.cache_seconds:
-            return True
+        # A stale cache means a counter read, but only on the paths that refresh: a
+        # configured token never does (else every request would leave the event loop
+        # once the cache is `cache_seconds` old, since nothing would refresh it).
+        stale = self._clock() - self._checked_at >= self.cache_seconds
         if not authorization:
-            return False
+            return stale
         scheme, _, value = authorization.strip().partition(" ")
         value = value.strip()
         if scheme.lower() == "basic":
             return True
         credential_id = token_credential_id(value)
         if credential_id is not None:
-            return credential_id not in self._credentials
-        return bool(self._verifiers) and hash_token(value) not in self._config_tokens
+            return stale or credential_id not in self._credentials
+        if hash_token(value) in self._config_tokens:
+            return False
+        return stale or bool(self._verifiers)
 
     def add_verifier(self, verifier: BearerVerifier) -> None:
         self._verifiers.append(verifier)

@@ -250,6 +250,32 @@ def test_changes_reach_a_second_process_view_through_the_counter(store_url: str)
         second.close()
 
 
+def test_a_stale_cache_sends_only_store_credentials_off_the_event_loop(store: Store) -> None:
+    """`needs_io` (a thread hand-off per request when True): a configured token is answered
+    from memory however old the cache, while a store token, Basic credentials and a request
+    with no credentials refresh the cache (a counter read) once it is stale."""
+    ticks = [0.0]
+    directory = RecipientDirectory(
+        make_config(SHARES), store, cache_seconds=2, clock=lambda: ticks[0]
+    )
+    assert directory.repository is not None
+    _, issued = directory.repository.create("acme", ["sales"])
+    assert issued is not None
+    configured, stored = f"Bearer {TEST_BEARER_TOKEN}", f"Bearer {issued.secret}"
+    directory.authenticate(stored, None)  # cached
+    assert not directory.needs_io(configured)
+    assert not directory.needs_io(stored)
+    assert directory.needs_io(_basic("acme", "password"))
+    ticks[0] += 3  # the cache is stale
+    for _ in range(3):
+        assert not directory.needs_io(configured)
+        assert directory.authenticate(configured, None).recipient == BEARER_TOKEN_RECIPIENT
+    assert directory.needs_io(stored)
+    assert directory.needs_io(None)
+    assert directory.authenticate(stored, None).recipient == "acme"  # refreshes
+    assert not directory.needs_io(stored)
+
+
 def test_configuration_recipients_and_the_reference_bearer_token(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
