@@ -21,6 +21,7 @@ from sharing.presign import UrlHolder
 from sharing.query import small
 from sharing.query.capabilities import Capabilities
 from sharing.query.request import QueryInputs, QueryRequest
+from sharing.recipients.hashing import hash_token
 from tests.support.corpus import corpus_table
 from tests.support.server import TEST_BEARER_TOKEN, make_config
 
@@ -80,6 +81,9 @@ def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
+ACME_TOKEN = "acme-recipient-token-0123456789abcdef0123456789"
+
+
 def _client(root: Path, refresh_window_ms: int = 0) -> TestClient:
     tables = []
     for name, relative in TABLES.items():
@@ -90,6 +94,13 @@ def _client(root: Path, refresh_window_ms: int = 0) -> TestClient:
         {
             "evaluatePredicateHints": True,
             "refreshWindowMs": refresh_window_ms,
+            "recipients": [
+                {
+                    "name": "acme",
+                    "shares": ["s"],
+                    "credentials": [{"type": "bearer", "tokenHash": hash_token(ACME_TOKEN)}],
+                }
+            ],
             "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
         }
     )
@@ -221,3 +232,21 @@ def test_a_cached_query_on_a_fresh_snapshot_is_ready_without_a_thread(tmp_path: 
                 plan, content = answer
                 assert content == response.content
                 assert str(plan.version) == response.headers["delta-table-version"]
+
+
+def test_each_recipient_gets_urls_signed_for_it_from_a_cached_selection(tmp_path: Path) -> None:
+    """The cached parts hold no URL: every request's URLs name its own holder."""
+    acme = {"Authorization": f"Bearer {ACME_TOKEN}"}
+    with _client(tmp_path, refresh_window_ms=600_000) as client:
+        path = f"{T}/partitioned/query"
+        answers = [client.post(path, headers=h, content="{}") for h in (AUTH, acme, AUTH, acme)]
+        app: Any = client.app
+        assert len(app.state.planner.selections) == 1  # one selection served all four
+    holders = []
+    for response in answers:
+        assert response.status_code == 200
+        files = [json.loads(line)["file"] for line in response.text.splitlines()[2:]]
+        assert len(files) == 6
+        holders.append({parse_qs(urlsplit(f["url"]).query)["rcp"][0] for f in files})
+    assert holders[1] == holders[3] == {"acme"}
+    assert holders[0] == holders[2] != {"acme"}
