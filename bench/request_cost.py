@@ -1,0 +1,155 @@
+"""Fixed per-request cost of `lakeshare serve`, in CPU instructions, next to a trivial route.
+
+    .venv/bin/python bench/request_cost.py [--requests 1000] [--code DIR]
+
+Throughput on this machine's 2 shared cores swings with other jobs by a factor of two
+within minutes; an instruction count does not. Each server (a trivial FastAPI app on
+uvicorn, as in bench/http_load.py, and `lakeshare serve --workers 1` on the DAT table
+`basic_partitioned`) runs under `valgrind --tool=callgrind` with counting switched on only
+while one keep-alive client sends `--requests` requests to one route (after 200 warm-up
+requests), so the figure is the server process's instructions per request — HTTP parsing,
+middleware, authentication, audit and access log, metrics, routing and the route — and
+the ratio trivial/route is the throughput ratio a single CPU-bound worker can reach.
+`--code DIR` runs the server from another checkout (e.g. an older commit's `git archive`)
+for a before/after comparison. The servers run in parallel: a run takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from http_load import SMALL, TOKEN, TRIVIAL_APP, write_config  # noqa: E402
+
+from tests.support.corpus import corpus_table  # noqa: E402
+from tests.support.processes import free_port  # noqa: E402
+
+TABLE = "/delta-sharing/shares/share/schemas/s/tables/small"
+ROUTES = {"trivial": "/items", "shares": "/delta-sharing/shares", "version": TABLE + "/version"}
+WARM_UP = 200
+
+
+def _command(route: str, workdir: Path, port: int) -> list[str]:
+    if route == "trivial":
+        (workdir / "trivial_app.py").write_text(TRIVIAL_APP)
+        return [
+            *("-m", "uvicorn", "trivial_app:app", "--host", "127.0.0.1"),
+            *("--port", str(port), "--log-level", "warning", "--no-access-log"),
+        ]
+    small = workdir / "small"
+    shutil.copytree(corpus_table(SMALL), small)
+    config = workdir / "config.yaml"
+    write_config(config, small, None)
+    document = yaml.safe_load(config.read_text())
+    # Under valgrind everything is ~50x slower: no limit may cut a connection short.
+    slow = 600
+    document["limits"] = {
+        "headerReadTimeoutSeconds": slow,
+        "bodyReadTimeoutSeconds": slow,
+        "idleTimeoutSeconds": slow,
+    }
+    document["requestTimeoutSeconds"] = slow
+    config.write_text(yaml.safe_dump(document))
+    serve = ["-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
+    return [*serve, "--workers", "1"]
+
+
+def measure(route: str, requests: int, code: Path | None) -> int:
+    """Instructions the server process spent per request on `route`."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"request-cost-{route}-"))
+    port = free_port()
+    env = dict(os.environ, ARROW_USER_SIMD_LEVEL="NONE")  # valgrind decodes no AVX-512
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    report = workdir / "valgrind.txt"
+    server = subprocess.Popen(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={workdir / 'callgrind.out'}",
+            sys.executable,
+            *_command(route, workdir, port),
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=report.open("wb"),
+    )
+    url = f"http://127.0.0.1:{port}{ROUTES[route]}"
+    headers = {"Authorization": f"Bearer {TOKEN}", "User-Agent": "request-cost"}
+    try:
+        with httpx.Client(timeout=300) as client:
+            deadline = time.monotonic() + 600
+            while True:
+                try:
+                    if client.get(url, headers=headers).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    sys.exit(f"{route}: the server did not start; see {report}")
+                time.sleep(1)
+            for _ in range(WARM_UP):
+                client.get(url, headers=headers).raise_for_status()
+            subprocess.run(
+                ["callgrind_control", "-i", "on", str(server.pid)], check=True, capture_output=True
+            )
+            for _ in range(requests):
+                client.get(url, headers=headers).raise_for_status()
+            subprocess.run(
+                ["callgrind_control", "-i", "off", str(server.pid)], check=True, capture_output=True
+            )
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=600)
+    counted = re.findall(r"Collected : (\d+)", report.read_text())
+    shutil.rmtree(workdir, ignore_errors=True)
+    return int(counted[-1]) // requests
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--code", type=Path, default=None, help="run lakeshare from here")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        sys.exit("valgrind is not installed (apt-get install valgrind)")
+    code = args.code.resolve() if args.code is not None else None
+    with ThreadPoolExecutor(len(ROUTES)) as pool:
+        costs = dict(
+            zip(
+                ROUTES,
+                pool.map(
+                    lambda route: measure(
+                        route, args.requests, None if route == "trivial" else code
+                    ),
+                    ROUTES,
+                ),
+                strict=True,
+            )
+        )
+    print(f"lakeshare from: {code or HERE.parent}; {args.requests} requests per route")
+    print(f"{'route':<10} {'instructions/request':>21} {'trivial/route':>14}")
+    for route, cost in costs.items():
+        print(f"{route:<10} {cost:>21,} {costs['trivial'] / cost:>14.3f}")
+
+
+if __name__ == "__main__":
+    main()
