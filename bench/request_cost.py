@@ -41,7 +41,12 @@ from tests.support.corpus import corpus_table  # noqa: E402
 from tests.support.processes import free_port  # noqa: E402
 
 TABLE = "/delta-sharing/shares/share/schemas/s/tables/small"
-ROUTES = {"trivial": "/items", "shares": "/delta-sharing/shares", "version": TABLE + "/version"}
+ROUTES = {
+    "trivial": "/items",
+    "shares": "/delta-sharing/shares",
+    "version": TABLE + "/version",
+    "query": TABLE + "/query",  # POST {}: the small query
+}
 WARM_UP = 200
 
 
@@ -94,12 +99,18 @@ def measure(route: str, requests: int, code: Path | None) -> int:
     )
     url = f"http://127.0.0.1:{port}{ROUTES[route]}"
     headers = {"Authorization": f"Bearer {TOKEN}", "User-Agent": "request-cost"}
+
+    def send(client: httpx.Client) -> httpx.Response:
+        if route == "query":
+            return client.post(url, headers=headers, content=b"{}")
+        return client.get(url, headers=headers)
+
     try:
         with httpx.Client(timeout=300) as client:
             deadline = time.monotonic() + 600
             while True:
                 try:
-                    if client.get(url, headers=headers).status_code == 200:
+                    if send(client).status_code == 200:
                         break
                 except httpx.TransportError:
                     pass
@@ -107,12 +118,12 @@ def measure(route: str, requests: int, code: Path | None) -> int:
                     sys.exit(f"{route}: the server did not start; see {report}")
                 time.sleep(1)
             for _ in range(WARM_UP):
-                client.get(url, headers=headers).raise_for_status()
+                send(client).raise_for_status()
             subprocess.run(
                 ["callgrind_control", "-i", "on", str(server.pid)], check=True, capture_output=True
             )
             for _ in range(requests):
-                client.get(url, headers=headers).raise_for_status()
+                send(client).raise_for_status()
             subprocess.run(
                 ["callgrind_control", "-i", "off", str(server.pid)], check=True, capture_output=True
             )
