@@ -3,6 +3,7 @@ among 10,000 in the store (SQLite, then PostgreSQL), next to the single-token co
 (`authorization.bearerToken`) measured in the same run.
 
     .venv/bin/python bench/recipients.py [--recipients 10000] [--connections 4] [--duration 6]
+        [--instructions 500]
 
 Each configuration runs as its own `lakeshare serve` on 127.0.0.1, driven by `wrk` (Debian's
 package). The store is filled directly (one transaction of recipients, grants and bearer
@@ -10,7 +11,9 @@ credentials), plus one recipient created through the repository whose token wrk 
 Goal: authorization overhead within 10 % of request time (ratio ≥ 0.90). The load generator
 shares the 2 cores with the server: compare ratios, not absolutes. The measured
 recipient is granted all 20 shares by name, so both list the same. Also printed: the
-in-process cost of authenticating one request, which does not depend on machine noise.
+in-process cost of authenticating one request, which does not depend on machine noise, and
+with `--instructions N` the server's instructions per request under callgrind (single token
+vs the stored recipient, SQLite): the load-independent figure of the whole request.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from http_load import WRK_SCRIPT, Result, start  # noqa: E402
+from request_cost import instructions_per_request, slow_limits  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from sharing.catalog import Catalog  # noqa: E402
@@ -136,6 +140,35 @@ def config(path: Path, small: Path, store_url: str) -> None:
     path.write_text(yaml.safe_dump(document))
 
 
+def instructions(sqlite_url: str, small: Path, token: str, requests: int) -> None:
+    """Server instructions per request (callgrind, as bench/request_cost.py counts them) for
+    the single token and a stored recipient's token, same server and store: the part of
+    request time authorization adds, independent of the machine's load."""
+    print(f"\ncallgrind, instructions per request ({requests} after a warm-up):", flush=True)
+    for case, body, route in (
+        ("GET /shares", None, "/delta-sharing/shares"),
+        ("POST small /query", b"{}", "/delta-sharing/shares/share0/schemas/s/tables/small/query"),
+    ):
+        counts = []
+        for who in (TOKEN, token):
+            workdir = Path(tempfile.mkdtemp(prefix="bench-recipients-cg-"))
+            path = workdir / "config.yaml"
+            config(path, small, sqlite_url)
+            document = yaml.safe_load(path.read_text())
+            slow_limits(document)
+            path.write_text(yaml.safe_dump(document))
+            port = free_port()
+            command = ["-m", "app.cli", "serve", "--config", str(path), "--port", str(port)]
+            command += ["--workers", "1"]  # callgrind follows the process it started
+            url = f"http://127.0.0.1:{port}{route}"
+            counts.append(instructions_per_request(command, workdir, url, who, body, requests))
+        single, stored = counts
+        print(
+            f"  {case:<18} single token {single:>11,}   stored recipient {stored:>11,}"
+            f"   ratio {stored / single:.3f}"
+        )
+
+
 def wrk(
     url: str,
     method: str,
@@ -180,6 +213,13 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--duration", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also count server instructions per request under callgrind (N requests)",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (apt-get install wrk)")
@@ -262,6 +302,8 @@ def main() -> None:
         f"\nauthentication in process (SQLite, {args.recipients:,} recipients): "
         f"single token {single:.1f} µs, a stored recipient's token {many:.1f} µs per request"
     )
+    if args.instructions:
+        instructions(setups[1][1], small, setups[1][2], args.instructions)
     baseline = setups[0][0]
     print(
         f"\n{args.connections} connections, {args.duration}s x {args.rounds} rounds (best), "

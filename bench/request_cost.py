@@ -27,6 +27,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -62,14 +63,7 @@ def _command(route: str, workdir: Path, port: int) -> list[str]:
     config = workdir / "config.yaml"
     write_config(config, small, None)
     document = yaml.safe_load(config.read_text())
-    # Under valgrind everything is ~50x slower: no limit may cut a connection short.
-    slow = 600
-    document["limits"] = {
-        "headerReadTimeoutSeconds": slow,
-        "bodyReadTimeoutSeconds": slow,
-        "idleTimeoutSeconds": slow,
-    }
-    document["requestTimeoutSeconds"] = slow
+    slow_limits(document)
     config.write_text(yaml.safe_dump(document))
     serve = ["-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
     return [*serve, "--workers", "1"]
@@ -79,6 +73,41 @@ def measure(route: str, requests: int, code: Path | None) -> int:
     """Instructions the server process spent per request on `route`."""
     workdir = Path(tempfile.mkdtemp(prefix=f"request-cost-{route}-"))
     port = free_port()
+    body = b"{}" if route == "query" else None
+    return instructions_per_request(
+        _command(route, workdir, port),
+        workdir,
+        f"http://127.0.0.1:{port}{ROUTES[route]}",
+        TOKEN,
+        body,
+        requests,
+        code,
+    )
+
+
+def slow_limits(document: dict[str, Any]) -> None:
+    """Under valgrind everything is ~50x slower: no limit may cut a connection short."""
+    slow = 600
+    document["limits"] = {
+        "headerReadTimeoutSeconds": slow,
+        "bodyReadTimeoutSeconds": slow,
+        "idleTimeoutSeconds": slow,
+    }
+    document["requestTimeoutSeconds"] = slow
+
+
+def instructions_per_request(
+    command: list[str],
+    workdir: Path,
+    url: str,
+    token: str,
+    body: bytes | None,
+    requests: int,
+    code: Path | None = None,
+) -> int:
+    """Instructions the server process started with `python COMMAND` in `workdir` spent per
+    request to `url` (POST `body`, or GET when None), counted by callgrind after a warm-up;
+    removes `workdir`."""
     env = dict(os.environ, ARROW_USER_SIMD_LEVEL="NONE")  # valgrind decodes no AVX-512
     if code is not None:
         env["PYTHONPATH"] = str(code)
@@ -90,19 +119,18 @@ def measure(route: str, requests: int, code: Path | None) -> int:
             "--instr-atstart=no",
             f"--callgrind-out-file={workdir / 'callgrind.out'}",
             sys.executable,
-            *_command(route, workdir, port),
+            *command,
         ],
         cwd=workdir,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=report.open("wb"),
     )
-    url = f"http://127.0.0.1:{port}{ROUTES[route]}"
-    headers = {"Authorization": f"Bearer {TOKEN}", "User-Agent": "request-cost"}
+    headers = {"Authorization": f"Bearer {token}", "User-Agent": "request-cost"}
 
     def send(client: httpx.Client) -> httpx.Response:
-        if route == "query":
-            return client.post(url, headers=headers, content=b"{}")
+        if body is not None:
+            return client.post(url, headers=headers, content=body)
         return client.get(url, headers=headers)
 
     try:
@@ -115,7 +143,7 @@ def measure(route: str, requests: int, code: Path | None) -> int:
                 except httpx.TransportError:
                     pass
                 if server.poll() is not None or time.monotonic() > deadline:
-                    sys.exit(f"{route}: the server did not start; see {report}")
+                    sys.exit(f"{url}: the server did not start; see {report}")
                 time.sleep(1)
             for _ in range(WARM_UP):
                 send(client).raise_for_status()
