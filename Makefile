@@ -42,6 +42,7 @@ lint: setup-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/deptry .
 
 format: setup-dev
 	$(BIN)/ruff format .

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+try:
+    import pyspark  # noqa: F401  (the `spark` extra: the bare install has no PySpark)
+except ImportError as missing:
+    raise ImportError("client.spark needs PySpark: pip install 'lakeshare[spark]'") from missing
+
 from client.spark.source import NAME, DeltaSharingDataSource, DeltaSharingPushdownSource
 
 if TYPE_CHECKING:
