@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parent))
 from snapshot_load import write_table  # noqa: E402
 
 from tests.support.corpus import corpus_table  # noqa: E402
-from tests.support.processes import free_port, stop, wait_http  # noqa: E402
+from tests.support.processes import free_port, serve_command, stop, wait_http  # noqa: E402
 
 TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
@@ -250,16 +250,7 @@ def main() -> None:
     try:
         for workers in args.workers:
             port = free_port()
-            command = [
-                sys.executable,
-                "-m",
-                "app.cli",
-                "serve",
-                "--config",
-                str(config),
-                "--port",
-                str(port),
-            ]
+            command = serve_command(config, port)
             if workers != 1 or supports_workers():
                 command += ["--workers", str(workers)]  # the default is one per core
             server = start(

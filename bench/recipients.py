@@ -48,7 +48,7 @@ from sharing.store import schema as t  # noqa: E402
 from sharing.store.clock import now_ms  # noqa: E402
 from tests.support.corpus import corpus_table  # noqa: E402
 from tests.support.postgres import fresh_database, postgres_available, postgres_server  # noqa: E402
-from tests.support.processes import free_port, stop  # noqa: E402
+from tests.support.processes import free_port, serve_command, stop  # noqa: E402
 
 TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
@@ -158,8 +158,7 @@ def instructions(sqlite_url: str, small: Path, token: str, requests: int) -> Non
             slow_limits(document)
             path.write_text(yaml.safe_dump(document))
             port = free_port()
-            command = ["-m", "app.cli", "serve", "--config", str(path), "--port", str(port)]
-            command += ["--workers", "1"]  # callgrind follows the process it started
+            command = serve_command(path, port, "--workers", "1")  # callgrind: one process
             url = f"http://127.0.0.1:{port}{route}"
             counts.append(instructions_per_request(command, workdir, url, who, body, requests))
         single, stored = counts
@@ -265,16 +264,7 @@ def main() -> None:
             port = free_port()
             processes.append(
                 start(
-                    [
-                        sys.executable,
-                        "-m",
-                        "app.cli",
-                        "serve",
-                        "--config",
-                        str(path),
-                        "--port",
-                        str(port),
-                    ],
+                    serve_command(path, port),
                     workdir,
                     f"serve-{port}",
                     f"http://127.0.0.1:{port}/healthz",

@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE.parent))
 from http_load import SMALL, TOKEN, TRIVIAL_APP, write_config  # noqa: E402
 
 from tests.support.corpus import corpus_table  # noqa: E402
-from tests.support.processes import free_port  # noqa: E402
+from tests.support.processes import free_port, serve_command  # noqa: E402
 
 TABLE = "/delta-sharing/shares/share/schemas/s/tables/small"
 ROUTES = {
@@ -55,7 +55,7 @@ def _command(route: str, workdir: Path, port: int) -> list[str]:
     if route == "trivial":
         (workdir / "trivial_app.py").write_text(TRIVIAL_APP)
         return [
-            *("-m", "uvicorn", "trivial_app:app", "--host", "127.0.0.1"),
+            *(sys.executable, "-m", "uvicorn", "trivial_app:app", "--host", "127.0.0.1"),
             *("--port", str(port), "--log-level", "warning", "--no-access-log"),
         ]
     small = workdir / "small"
@@ -65,8 +65,7 @@ def _command(route: str, workdir: Path, port: int) -> list[str]:
     document = yaml.safe_load(config.read_text())
     slow_limits(document)
     config.write_text(yaml.safe_dump(document))
-    serve = ["-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
-    return [*serve, "--workers", "1"]
+    return serve_command(config, port, "--workers", "1")
 
 
 def measure(route: str, requests: int, code: Path | None) -> int:
@@ -105,7 +104,7 @@ def instructions_per_request(
     requests: int,
     code: Path | None = None,
 ) -> int:
-    """Instructions the server process started with `python COMMAND` in `workdir` spent per
+    """Instructions the server process started with `COMMAND` in `workdir` spent per
     request to `url` (POST `body`, or GET when None), counted by callgrind after a warm-up;
     removes `workdir`."""
     env = dict(os.environ, ARROW_USER_SIMD_LEVEL="NONE")  # valgrind decodes no AVX-512
@@ -118,7 +117,6 @@ def instructions_per_request(
             "--tool=callgrind",
             "--instr-atstart=no",
             f"--callgrind-out-file={workdir / 'callgrind.out'}",
-            sys.executable,
             *command,
         ],
         cwd=workdir,

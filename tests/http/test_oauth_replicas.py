@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from app.cli import main as lakeshare
 from tests.http.oauth_support import write_config
 from tests.support import REPO_ROOT
 from tests.support.postgres import store_url
-from tests.support.processes import free_port, stop, wait_http
+from tests.support.processes import free_port, serve_command, stop, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -43,16 +42,7 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[P
         for _ in range(2):
             port = free_port()
             process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "app.cli",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--port",
-                    str(port),
-                ],
+                serve_command(config, port),
                 cwd=REPO_ROOT,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from sharing.recipients.hashing import hash_token
 from tests.support import REPO_ROOT
 from tests.support.corpus import CORPUS
 from tests.support.postgres import store_url
-from tests.support.processes import free_port, stop, wait_http
+from tests.support.processes import free_port, serve_command, stop, wait_http
 from tests.support.server import TEST_SIGNING_SECRET
 
 pytestmark = pytest.mark.slow
@@ -53,16 +52,7 @@ def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[st
         for _ in range(2):
             port = free_port()
             process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "app.cli",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--port",
-                    str(port),
-                ],
+                serve_command(config, port),
                 cwd=REPO_ROOT,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

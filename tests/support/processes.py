@@ -8,9 +8,18 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+
+
+def serve_command(config: object, port: int, *extra: str) -> list[str]:
+    """`lakeshare serve` on `config` and 127.0.0.1:`port` with this interpreter."""
+    return [
+        *(sys.executable, "-m", "app.cli", "serve"),
+        *("--config", str(config), "--port", str(port), *extra),
+    ]
 
 
 def free_port() -> int:
