@@ -70,7 +70,10 @@ def serving(*args: str, log: Path) -> Iterator[tuple[subprocess.Popen[str], list
 def _children(pid: int) -> set[int]:
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
+        try:
+            text = (task / "children").read_text().split()
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            continue
         found.update(int(p) for p in text)
     return found
 
