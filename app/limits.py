@@ -11,7 +11,11 @@ the app, in `app.serving`. Here, as one plain ASGI middleware:
   snapshots and sign URLs) run at most `maxConcurrentExpensiveRequests` at a time until
   their response starts; `maxQueuedRequests` more may wait up to `queueTimeoutSeconds` for a
   slot; the rest get 503 TEMPORARILY_UNAVAILABLE with `Retry-After` at once, instead of an
-  unbounded queue in front of the thread pool.
+  unbounded queue in front of the thread pool. The version and query routes take their
+  slot themselves (`admit`), only when they leave memory: a version or small query answered
+  from a fresh cached snapshot costs what a listing costs and neither holds nor waits for a
+  slot, while one that reads the log, plans in a thread or starts an async query is
+  admitted exactly like any other expensive request.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import logging
 import re
 from typing import Protocol
 
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.responses import error_response
@@ -30,11 +34,14 @@ from sharing.config import LimitsConfig, ServerConfig
 from sharing.errors import InvalidParameter, SharingError
 
 __all__ = [
+    "ADMISSION_STATE",
     "AdmissionGate",
     "LimitsMiddleware",
     "PayloadTooLarge",
     "QueryText",
+    "admit",
     "check_query_fields",
+    "gate_for",
 ]
 
 log = logging.getLogger("lakeshare.server")
@@ -42,7 +49,12 @@ log = logging.getLogger("lakeshare.server")
 _TABLE = r"/shares/[^/]+/schemas/[^/]+/tables/[^/]+"
 _QUERY_BODY = re.compile(_TABLE + r"/(query|queries/[^/]+)\Z")
 _EXPENSIVE = re.compile(_TABLE + r"(/query|/queries/[^/]+|/changes|/metadata|/version)?\Z")
+# Routes whose endpoints call `admit` before leaving memory (app.routes.tables): the GET
+# version, its deprecated HEAD form and the query.
+_ADMITTED_IN_ROUTE = re.compile(_TABLE + r"(/version|/query)?\Z")
 RETRY_AFTER_SECONDS = 1
+# scope["state"] key of a request's `Admission` when its route takes the slot itself.
+ADMISSION_STATE = "admission"
 
 
 class PayloadTooLarge(SharingError):
@@ -100,6 +112,43 @@ class AdmissionGate:
         self._slots.release()
 
 
+class Admission:
+    """One request's claim on an expensive slot: taken at most once, released once (when
+    the response starts, or when the request ends)."""
+
+    def __init__(self, gate: AdmissionGate, running: int) -> None:
+        self._gate = gate
+        self._running = running
+        self._held = False
+
+    async def acquire(self) -> None:
+        """Take the slot (no-op when held), or log and raise Overloaded."""
+        if self._held:
+            return
+        try:
+            await self._gate.acquire()
+        except Overloaded:
+            log.warning(
+                "refused an expensive request: %d running, queue full or timed out",
+                self._running,
+            )
+            raise
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._gate.release()
+
+
+async def admit(request: Request) -> None:
+    """Called by a route that admits itself before it leaves memory (reads the log, plans
+    in a thread): takes the request's expensive slot, or raises Overloaded (503)."""
+    admission = request.scope.get("state", {}).get(ADMISSION_STATE)
+    if isinstance(admission, Admission):
+        await admission.acquire()
+
+
 def _content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
@@ -113,15 +162,22 @@ def _content_length(scope: Scope) -> int | None:
 class LimitsMiddleware:
     """Body size per route and admission of expensive requests; see the module doc."""
 
-    def __init__(self, app: ASGIApp, config: ServerConfig) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        config: ServerConfig,
+        gate: AdmissionGate | None = None,
+        *,
+        routes_admit: bool = False,
+    ) -> None:
+        """`gate`: the app's admission gate (default: a new one for `config`).
+        `routes_admit`: the version and query routes call `admit` themselves (the app's
+        routes do; a bare app behind this middleware does not)."""
         self.app = app
         self.limits: LimitsConfig = config.limits
         self.endpoint = config.endpoint
-        self.gate = AdmissionGate(
-            self.limits.max_concurrent_expensive_requests,
-            self.limits.max_queued_requests,
-            self.limits.queue_timeout_seconds,
-        )
+        self.gate = gate or gate_for(config.limits)
+        self.routes_admit = routes_admit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -142,34 +198,27 @@ class LimitsMiddleware:
         if not _EXPENSIVE.match(route) or scope.get("method") not in ("GET", "HEAD", "POST"):
             await self._call(scope, receive, send)
             return
-        try:
-            await self.gate.acquire()
-        except Overloaded as busy:
-            log.warning(
-                "refused an expensive request: %d running, queue full or timed out",
-                self.limits.max_concurrent_expensive_requests,
-            )
-            await self._refuse(busy, scope, receive, send)
-            return
-        held = True
-
-        def release() -> None:
-            nonlocal held
-            if held:
-                held = False
-                self.gate.release()
+        admission = Admission(self.gate, self.limits.max_concurrent_expensive_requests)
+        if self.routes_admit and _ADMITTED_IN_ROUTE.match(route):
+            scope.setdefault("state", {})[ADMISSION_STATE] = admission
+        else:
+            try:
+                await admission.acquire()
+            except Overloaded as busy:
+                await self._refuse(busy, scope, receive, send)
+                return
 
         async def send_releasing(message: Message) -> None:
             # The slot bounds planning (snapshot loads, filtering); a started response
             # streams in bounded batches and a slow reader must not hold a slot.
             if message["type"] == "http.response.start":
-                release()
+                admission.release()
             await send(message)
 
         try:
             await self._call(scope, receive, send_releasing)
         finally:
-            release()
+            admission.release()
 
     async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -184,6 +233,15 @@ class LimitsMiddleware:
     async def _refuse(exc: SharingError, scope: Scope, receive: Receive, send: Send) -> None:
         headers = getattr(exc, "headers", None)
         await error_response(exc.status, exc.error_code, exc.message, headers)(scope, receive, send)
+
+
+def gate_for(limits: LimitsConfig) -> AdmissionGate:
+    """The admission gate `limits` describe (one per app)."""
+    return AdmissionGate(
+        limits.max_concurrent_expensive_requests,
+        limits.max_queued_requests,
+        limits.queue_timeout_seconds,
+    )
 
 
 def _counting(receive: Receive, limit: int) -> Receive:

@@ -11,13 +11,14 @@ from fastapi import Depends, FastAPI, Request
 from app.audit import AuditMiddleware
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
-from app.limits import LimitsMiddleware
+from app.limits import LimitsMiddleware, gate_for
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
+from app.routing import authenticated_routes
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.presign.local_verify import FileServer
@@ -74,6 +75,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         snapshot_store=snapshot_store_for(config),
     )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
+    app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
     recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
@@ -86,7 +88,8 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     authenticated = [Depends(require_bearer_token)]
     prefix = config.endpoint
-    app.include_router(listing.router, prefix=prefix, dependencies=authenticated)
+    # The busiest routes skip FastAPI's per-request dependency solving (app.routing).
+    app.router.routes.extend(authenticated_routes(prefix, (*listing.ROUTES, *tables.ROUTES)))
     app.include_router(tables.router, prefix=prefix, dependencies=authenticated)
     app.include_router(credentials.router, prefix=prefix, dependencies=authenticated)
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
@@ -112,7 +115,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.mount(config.admin.prefix if config.admin else "/admin", admin_app)
 
     install_error_handlers(app)
-    app.add_middleware(LimitsMiddleware, config=config)  # inside the timeout and request id
+    # Inside the timeout and request id; the version and query routes admit themselves.
+    app.add_middleware(
+        LimitsMiddleware, config=config, gate=app.state.admission_gate, routes_admit=True
+    )
     app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
     app.add_middleware(
         AuditMiddleware,

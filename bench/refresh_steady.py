@@ -44,7 +44,8 @@ from sharing.formats import FileContext
 from sharing.formats.ids import with_file_ids
 from sharing.formats.parquet import ParquetWriter
 from sharing.presign.local import LocalSigner, TableRef, UrlHolder
-from sharing.skipping import StatsCache, filter_files
+from sharing.query.rows import row_batches
+from sharing.skipping import StatsCache, select_files
 
 SCHEMA = {
     "type": "struct",
@@ -171,7 +172,7 @@ def main() -> None:
         def query(files: pa.Table) -> Callable[[], int]:
             def run() -> int:
                 selected = with_file_ids(files, "parquet")
-                selected = filter_files(
+                rows = select_files(
                     selected,
                     fresh.metadata,
                     json_hints=hint,
@@ -181,7 +182,7 @@ def main() -> None:
                     stats_cache=cache,
                 )
                 size = 0
-                for batch in selected.to_batches(max_chunksize=BATCH_ROWS):
+                for batch in row_batches(selected, rows, BATCH_ROWS):
                     size += len(writer.file_lines(batch, ctx).text)
                 return size
 

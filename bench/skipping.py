@@ -3,18 +3,19 @@
 Builds an ADD_SCHEMA files table in memory (partitioned by `date` and `region`, stats JSON
 for four columns, and the same statistics typed as the `stats_parsed` column a snapshot
 loaded from a checkpoint written with `delta.checkpoint.writeStatsAsStruct` carries) and
-times `filter_files` for a partition predicate and for a stats predicate — the latter cold
-on a never-queried snapshot (typed statistics read as they are; JSON-only statistics
-parsed for the referenced column, the baseline; JSON-only statistics typed once, as the
-server's snapshot store writes them for every worker and restart to map; for an integer
-and for a timestamp column) and warm (parsed
-columns cached) — plus
-`apply_limit`, against a naive per-file Python evaluation (orjson.loads per stats string,
-Python comparisons) over the same data. For a snapshot reloaded afresh (new buffers, as
-after a table-cache eviction), the background warm-up a server starts on loading it
-(StatsWarmer, parsing the columns queried on the previous snapshot: here `id`) is
-timed three ways: how long it runs, a query sent at the moment of loading (it joins the
-warm-up in flight), and one sent after it finished.
+times `select_files` (what the query path runs: the kept files as row indices, taken
+batch by batch only as the response is written) for a partition predicate and for a
+stats predicate — the latter cold on a never-queried snapshot (typed statistics read as
+they are; JSON-only statistics parsed for the referenced column, the baseline; JSON-only
+statistics typed once, as the server's snapshot store writes them for every worker and
+restart to map; for an integer and for a timestamp column) and warm (parsed columns
+cached), next to `filter_files` (the same selection copied out as a table, as the query
+path did before) — plus `apply_limit`, against a naive per-file Python evaluation
+(orjson.loads per stats string, Python comparisons) over the same data. For a snapshot
+reloaded afresh (new buffers, as after a table-cache eviction), the background warm-up a
+server starts on loading it (StatsWarmer, parsing the columns queried on the previous
+snapshot: here `id`) is timed three ways: how long it runs, a query sent at the moment
+of loading (it joins the warm-up in flight), and one sent after it finished.
 
     .venv/bin/python bench/skipping.py [--files N] [--repeat R]
 """
@@ -35,7 +36,7 @@ import pyarrow.compute as pc
 
 from deltalog.actions import ADD_SCHEMA, STATS_PARSED, STRING_MAP, Metadata
 from deltalog.json_stats import stats_type, typed_stats
-from sharing.skipping import StatsCache, apply_limit, filter_files
+from sharing.skipping import StatsCache, apply_limit, filter_files, select_files
 from sharing.skipping.warm import StatsWarmer
 
 REGIONS = ["us-east", "us-west", "eu-central", "eu-west", "ap-south", "ap-east", "sa", "af"]
@@ -157,15 +158,25 @@ def build_files(n: int, seed: int = 7) -> pa.Table:
     return pa.table(columns, schema=ADD_SCHEMA.append(pa.field(STATS_PARSED, TYPED_STATS)))
 
 
-def timed(label: str, fn: Callable[[], pa.Table | int], repeat: int) -> None:
+Result = pa.Table | pa.Array | int | None  # files, their indices (None: all), a count
+
+
+def kept_count(result: Result) -> str:
+    if isinstance(result, int):
+        return f"{result:,}"
+    if isinstance(result, pa.Table):
+        return f"{result.num_rows:,}"
+    return "all" if result is None else f"{len(result):,}"
+
+
+def timed(label: str, fn: Callable[[], Result], repeat: int) -> None:
     best = float("inf")
-    result: pa.Table | int = 0
+    result: Result = 0
     for _ in range(repeat):
         start = time.perf_counter()
         result = fn()
         best = min(best, time.perf_counter() - start)
-    kept = result if isinstance(result, int) else result.num_rows
-    print(f"{label:<58} {best * 1000:9.1f} ms   files kept: {kept:>9,}")
+    print(f"{label:<58} {best * 1000:9.1f} ms   files kept: {kept_count(result):>9}")
 
 
 def naive_partition(files: pa.Table, day: str, region: str) -> int:
@@ -248,13 +259,13 @@ def main() -> None:
         }
     )
 
-    def run(hint: str | None, sql: list[str] | None, cache: StatsCache) -> pa.Table:
+    def run(hint: str | None, sql: list[str] | None, cache: StatsCache) -> pa.Array | None:
         return run_on(files, hint, cache, sql)
 
     def run_on(
         table: pa.Table, hint: str | None, cache: StatsCache, sql: list[str] | None = None
-    ) -> pa.Table:
-        return filter_files(
+    ) -> pa.Array | None:
+        return select_files(
             table,
             METADATA,
             json_hints=hint,
@@ -322,6 +333,24 @@ def main() -> None:
         lambda: run_on(store_typed, ts_hint, StatsCache()),
         args.repeat,
     )
+
+    def copied(table: pa.Table, hint: str, cache: StatsCache) -> pa.Table:
+        """The selection copied out as a table (filter_files), as the query path did."""
+        return filter_files(
+            table,
+            METADATA,
+            json_hints=hint,
+            sql_hints=None,
+            evaluate_json=True,
+            evaluate_sql=True,
+            stats_cache=cache,
+        )
+
+    timed(
+        "  same, store-typed, kept rows copied (filter_files, before)",
+        lambda: copied(store_typed, ts_hint, StatsCache()),
+        args.repeat,
+    )
     warm = StatsCache()
     run(stats_hint, None, warm)
     timed(
@@ -331,6 +360,11 @@ def main() -> None:
     )
     run(ts_hint, None, warm)
     timed("stats predicate (ts > t), warm", lambda: run(ts_hint, None, warm), args.repeat)
+    timed(
+        "  same, warm, kept rows copied (filter_files, before)",
+        lambda: copied(files, ts_hint, warm),
+        args.repeat,
+    )
     timed(
         "apply_limit(1000) after warm-up",
         lambda: apply_limit(files, 1000, stats_cache=warm),
@@ -360,23 +394,22 @@ def main() -> None:
     def timed_with(
         label: str,
         setup: Callable[[], StatsCache],
-        query: Callable[[StatsCache], pa.Table | int],
+        query: Callable[[StatsCache], Result],
     ) -> None:
         """Like `timed`, with an untimed set-up before each run."""
-        best, kept = float("inf"), 0
+        best, result = float("inf"), None
         for _ in range(args.repeat):
             cache = setup()
             start = time.perf_counter()
             result = query(cache)
             best = min(best, time.perf_counter() - start)
-            kept = result if isinstance(result, int) else result.num_rows
-        print(f"{label:<58} {best * 1000:9.1f} ms   files kept: {kept:>9,}")
+        print(f"{label:<58} {best * 1000:9.1f} ms   files kept: {kept_count(result):>9}")
 
     def warm_up_alone(cache: StatsCache) -> int:
         load(cache).shutdown()  # shutdown waits for the warm-up
         return reloaded.num_rows
 
-    def sent_at_load(cache: StatsCache) -> pa.Table:
+    def sent_at_load(cache: StatsCache) -> pa.Array | None:
         warmer = load(cache)
         try:
             return run_on(reloaded, stats_hint, cache)

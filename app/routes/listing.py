@@ -1,22 +1,20 @@
-"""The list APIs: shares, one share, schemas, tables, all tables of a share."""
+"""The list APIs: shares, one share, schemas, tables, all tables of a share (plain
+Starlette endpoints behind the bearer token, app.routing)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from starlette.requests import Request
 
 from app.auth import catalog_for
-from app.deps import CatalogDep
 from app.responses import JsonResponse
+from app.routing import RouteSpec
 from sharing.catalog import Catalog
 from sharing.errors import InvalidParameter
 from sharing.numbers import INT32, NUMBER_FORMAT_MESSAGE, parse_integer
 
-__all__ = ["router"]
-
-router = APIRouter()
+__all__ = ["ROUTES"]
 
 
 def _max_results(raw: str | None) -> int | None:
@@ -39,43 +37,48 @@ class Listing:
     page_token: str | None
 
 
-async def _listing(request: Request) -> Listing:
-    # One dependency instead of the catalog and two query parameters: FastAPI's cost is
-    # per declared input, and a listing is otherwise almost free.
+def _listing(request: Request) -> Listing:
     params = request.query_params
     return Listing(
         catalog_for(request), _max_results(params.get("maxResults")), params.get("pageToken")
     )
 
 
-ListingDep = Annotated[Listing, Depends(_listing)]
-
-
-@router.get("/shares")
-async def list_shares(listing: ListingDep) -> JsonResponse:
+async def list_shares(request: Request) -> JsonResponse:
+    listing = _listing(request)
     page = listing.catalog.list_shares(listing.max_results, listing.page_token)
     return JsonResponse(page.to_json())
 
 
-@router.get("/shares/{share}")
-async def get_share(catalog: CatalogDep, share: str) -> JsonResponse:
-    found = catalog.get_share(share)
+async def get_share(request: Request) -> JsonResponse:
+    found = catalog_for(request).get_share(request.path_params["share"])
     return JsonResponse({"share": {"name": found.name}})
 
 
-@router.get("/shares/{share}/schemas")
-async def list_schemas(listing: ListingDep, share: str) -> JsonResponse:
+async def list_schemas(request: Request) -> JsonResponse:
+    listing, share = _listing(request), request.path_params["share"]
     page = listing.catalog.list_schemas(share, listing.max_results, listing.page_token)
     return JsonResponse(page.to_json())
 
 
-@router.get("/shares/{share}/schemas/{schema}/tables")
-async def list_tables(listing: ListingDep, share: str, schema: str) -> JsonResponse:
-    page = listing.catalog.list_tables(share, schema, listing.max_results, listing.page_token)
+async def list_tables(request: Request) -> JsonResponse:
+    listing, path = _listing(request), request.path_params
+    page = listing.catalog.list_tables(
+        path["share"], path["schema"], listing.max_results, listing.page_token
+    )
     return JsonResponse(page.to_json())
 
 
-@router.get("/shares/{share}/all-tables")
-async def list_all_tables(listing: ListingDep, share: str) -> JsonResponse:
+async def list_all_tables(request: Request) -> JsonResponse:
+    listing, share = _listing(request), request.path_params["share"]
     page = listing.catalog.list_all_tables(share, listing.max_results, listing.page_token)
     return JsonResponse(page.to_json())
+
+
+ROUTES = (
+    RouteSpec("/shares", list_shares),
+    RouteSpec("/shares/{share}", get_share),
+    RouteSpec("/shares/{share}/schemas", list_schemas),
+    RouteSpec("/shares/{share}/schemas/{schema}/tables", list_tables),
+    RouteSpec("/shares/{share}/all-tables", list_all_tables),
+)

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
+from app.auth import catalog_for
 from app.deps import (
     BaseUrlDep,
     CapabilitiesDep,
@@ -25,14 +26,14 @@ from app.deps import (
     get_catalog,
     get_config,
     get_planner,
-    get_tables,
     request_capabilities,
     url_holder,
 )
-from app.limits import check_query_fields
+from app.limits import admit, check_query_fields
 from app.responses import NDJSON, VERSION_HEADER, query_headers
 from app.routes import queries
-from sharing.catalog import Catalog, SharedTable
+from app.routing import RouteSpec
+from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.presign import UrlHolder
 from sharing.query import capabilities
@@ -50,7 +51,7 @@ from sharing.query.request import (
 )
 from sharing.tables import TableService
 
-__all__ = ["router"]
+__all__ = ["ROUTES", "router"]
 
 router = APIRouter()
 
@@ -61,39 +62,23 @@ async def _metadata_version(version: Annotated[str | None, Query()] = None) -> i
     return metadata_version(version)
 
 
-@dataclass(frozen=True, slots=True)
-class _VersionRequest:
-    shared: SharedTable
-    tables: TableService
-    starting_timestamp: str | None
-
-
-async def _version_request(request: Request) -> _VersionRequest:
-    """The version route's inputs as one dependency (FastAPI's cost is per declared input,
-    and a version within the refresh window is otherwise almost free): the table the path
-    names, as the caller's catalog resolves it, and `startingTimestamp`."""
+async def get_version(request: Request) -> Response:
+    """The table's latest version, or the one at `startingTimestamp`, in a header."""
     path = request.path_params
-    catalog = await get_catalog(request)
-    shared = catalog.get_table(path["share"], path["schema"], path["table"])
+    shared = catalog_for(request).get_table(path["share"], path["schema"], path["table"])
+    tables: TableService = request.app.state.tables
     starting_timestamp = request.query_params.get("startingTimestamp")
-    return _VersionRequest(shared, await get_tables(request), starting_timestamp)
-
-
-@router.get(_TABLE + "/version")
-@router.head(_TABLE)  # the deprecated form of the same request
-async def get_version(
-    asked: Annotated[_VersionRequest, Depends(_version_request)],
-) -> Response:
-    shared, tables = asked.shared, asked.tables
-    if asked.starting_timestamp is None:
+    if starting_timestamp is None:
         # Within the refresh window the answer is in memory: no thread hand-off.
         snapshot = tables.fresh_latest(shared)
         if snapshot is None:
+            await admit(request)
             snapshot = await run_in_threadpool(tables.latest, shared)
         version = snapshot.version
     else:
+        await admit(request)
         version = await run_in_threadpool(
-            tables.version_for_starting_timestamp, shared, asked.starting_timestamp
+            tables.version_for_starting_timestamp, shared, starting_timestamp
         )
     return Response(status_code=200, headers={VERSION_HEADER: str(version)})
 
@@ -150,10 +135,8 @@ async def _query_request(request: Request) -> _QueryRequest:
     )
 
 
-@router.post(_TABLE + "/query")
-async def query_table(
-    request: Request, asked: Annotated[_QueryRequest, Depends(_query_request)]
-) -> Response:
+async def query_table(request: Request) -> Response:
+    asked = await _query_request(request)
     caps, id_hash, config, planner = asked.caps, asked.id_hash, asked.config, asked.planner
     base_url, holder, path = asked.base_url, asked.holder, request.path_params
     body = parse_body(await request.body())
@@ -162,11 +145,13 @@ async def query_table(
     shared = asked.catalog.get_table(path["share"], path["schema"], path["table"])
     inputs = QueryInputs(shared, body, caps, id_hash)
     if caps.async_query:
+        await admit(request)
         return await queries.submit(asked.async_queries, planner, base_url, holder, inputs)
     # A small query on a fresh, cached table version is answered here, without I/O; any
     # other is planned (and, when small, rendered) in a worker thread.
     ready = planner.query_ready(inputs, base_url, holder)
     if ready is None:
+        await admit(request)
         plan, content = await run_in_threadpool(planner.query_response, inputs, base_url, holder)
     else:
         plan, content = ready
@@ -214,3 +199,12 @@ async def table_changes(
     plan = await run_in_threadpool(planner.changes, inputs, base_url, holder)
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
     return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
+
+
+# Served without FastAPI's per-request dependency solving (app.routing); HEAD on the table
+# is the deprecated form of the version request.
+ROUTES = (
+    RouteSpec(_TABLE + "/version", get_version),
+    RouteSpec(_TABLE, get_version, ("HEAD",)),
+    RouteSpec(_TABLE + "/query", query_table, ("POST",)),
+)

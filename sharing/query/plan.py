@@ -18,17 +18,21 @@ from sharing.formats.templates import LineTemplates
 from sharing.presign.base import Signer
 from sharing.query import capabilities
 from sharing.query.batch_pipeline import BatchWork, formatted
+from sharing.query.rows import row_batches
 
 BATCH_ROWS = 10_000
 
 
 @dataclass(frozen=True)
 class FileSection:
-    """File actions that share one context (a snapshot, or one commit of a range)."""
+    """File actions that share one context (a snapshot, or one commit of a range): the
+    rows `rows` of `files` (indices in response order; None: every row, in order), taken
+    batch by batch as they are written (sharing.query.rows)."""
 
     files: pa.Table
     context: FileContext
     action: str = FILE
+    rows: pa.Array | None = None
 
 
 Section = bytes | FileSection
@@ -119,7 +123,7 @@ class QueryPlan:
             if isinstance(section, bytes):
                 yield section
                 continue
-            for batch in section.files.to_batches(max_chunksize=self.batch_rows):
+            for batch in row_batches(section.files, section.rows, self.batch_rows):
                 yield BatchWork(batch, section.context, section.action)
 
 

@@ -38,13 +38,16 @@ def is_small(files: int) -> bool:
 class Selection:
     """What a snapshot query sends, apart from signatures and tokens: the head lines, the
     selected files (or, when they could be templated, only their line templates), and the
-    index of the next page's first file when there is one."""
+    index of the next page's first file when there is one. A large selection is the
+    snapshot's files with the indices of the rows to send (`rows`, None: all of them), so
+    its rows are copied only as they are written."""
 
     head: bytes
     files: pa.Table | None
     templates: LineTemplates | None
     next_index: int | None
     num_files: int
+    rows: pa.Array | None = None
 
     @property
     def nbytes(self) -> int:
@@ -53,6 +56,8 @@ class Selection:
             held += self.templates.nbytes
         if self.files is not None:
             held += self.files.nbytes
+        if self.rows is not None:
+            held += self.rows.nbytes
         return held
 
 

@@ -35,9 +35,10 @@ from sharing.query.plan import (
     table_head,
 )
 from sharing.query.request import QueryInputs
+from sharing.query.rows import take_rows
 from sharing.query.small import Selection, SelectionCache, is_small
 from sharing.query.tokens import QueryTokens
-from sharing.skipping import apply_limit, filter_files
+from sharing.skipping import limit_length, select_files
 from sharing.tables import ResolvedSnapshot, TableService
 
 
@@ -164,7 +165,7 @@ def _plan(
     if selection.templates is not None:
         prepared = PreparedFiles(selection.templates, signer)
     elif selection.files is not None:
-        sections.append(FileSection(selection.files, context))
+        sections.append(FileSection(selection.files, context, rows=selection.rows))
     asked = inputs.caps.include_end_stream_action
     return QueryPlan(
         version=snapshot.version,
@@ -228,12 +229,11 @@ def _select(
     writer = writer_for(response_format)
     head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
     # File ids are hashed once per snapshot (cached) and travel with the rows from here.
-    selected = with_file_ids(snapshot.files, context.id_scheme)
-    # Filter before sorting: the stats cache is keyed by the snapshot's own buffers, which
-    # a sort would copy (every paged request would parse all stats again). Filtering keeps
-    # order, so the sorted result is the same either way.
-    selected = filter_files(
-        selected,
+    files = with_file_ids(snapshot.files, context.id_scheme)
+    # The files to send are kept as indices into the snapshot's own table (its buffers key
+    # the stats cache) until they are written: only a page or a small response is copied.
+    rows = select_files(
+        files,
         snapshot.metadata,
         json_hints=request.json_predicate_hints,
         sql_hints=request.predicate_hints,
@@ -243,19 +243,31 @@ def _select(
     if size is not None:
         # Pages index into the file list, so its order must not depend on how the snapshot
         # was built (incrementally in this process, or from a checkpoint in another one).
-        selected = selected.take(pc.sort_indices(selected.column("path")))
+        paths = files.select(["path"])
+        paths = paths if rows is None else take_rows(paths, rows)
+        order = pc.cast(pc.sort_indices(paths, [("path", "ascending")]), pa.int64())
+        rows = order if rows is None else rows.take(order)
     if not request.predicate_hints and request.json_predicate_hints is None:
         # With predicates the client filters rows after reading, and a kept file may
         # hold no matching row: cutting files by row count could drop the ones it wants.
-        selected = apply_limit(selected, request.limit_hint)
+        kept = limit_length(files, rows, request.limit_hint)
+        if kept is not None:
+            if rows is None:
+                files = files.slice(0, kept)
+            else:
+                rows = rows.slice(0, kept)
+    count = files.num_rows if rows is None else len(rows)
     next_index = None
     if size is not None:
         end = start + size
-        if end < selected.num_rows:
+        if end < count:
             next_index = end
-        selected = selected.slice(start, size)
-    if not is_small(selected.num_rows):
-        return Selection(head, selected, None, next_index, selected.num_rows)
+        assert rows is not None
+        rows = rows.slice(start, size)
+        count = len(rows)
+    if not is_small(count):
+        return Selection(head, files, None, next_index, count, rows)
+    selected = files if rows is None else take_rows(files, rows)
     batches = [line_templates(writer, batch, context) for batch in selected.to_batches()]
     templates = None
     if all(t is not None for t in batches):

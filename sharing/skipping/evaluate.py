@@ -105,8 +105,54 @@ def filter_files(
 
     JSON and SQL hints are ANDed. Raises PredicateTooLarge (an InvalidParameter, HTTP 400)
     for a JSON hint beyond the size limits; any other problem with a hint only reduces
-    the filtering. Returns `files` itself when nothing is filtered out.
+    the filtering. Returns `files` itself when nothing is filtered out. This copies the
+    kept rows; the query path uses `select_files` and takes them as it writes them.
     """
+    mask = _hints_mask(
+        files, metadata, json_hints, sql_hints, evaluate_json, evaluate_sql, stats_cache
+    )
+    if mask is True:
+        return files
+    if mask is False:
+        return files.slice(0, 0)
+    return files.filter(mask)
+
+
+def select_files(
+    files: pa.Table,
+    metadata: Metadata,
+    *,
+    json_hints: str | None,
+    sql_hints: Sequence[str] | None,
+    evaluate_json: bool,
+    evaluate_sql: bool,
+    stats_cache: StatsCache | None = None,
+) -> pa.Array | None:
+    """`filter_files` as a selection: the ascending int64 indices of the files that may
+    hold rows matching the hints, None when every file may. Copying a quarter of a
+    million-file table (its stats strings above all) costs several times the predicate
+    itself, so the query path keeps the indices and takes the rows a batch at a time as
+    it writes them (sharing.query.rows)."""
+    mask = _hints_mask(
+        files, metadata, json_hints, sql_hints, evaluate_json, evaluate_sql, stats_cache
+    )
+    if mask is True:
+        return None
+    if mask is False:
+        return pa.array([], pa.int64())
+    return pc.cast(pc.indices_nonzero(mask), pa.int64())
+
+
+def _hints_mask(
+    files: pa.Table,
+    metadata: Metadata,
+    json_hints: str | None,
+    sql_hints: Sequence[str] | None,
+    evaluate_json: bool,
+    evaluate_sql: bool,
+    stats_cache: StatsCache | None,
+) -> Mask:
+    """The mask of the files the hints keep: True when they keep every file."""
     predicates: list[Expr] = []
     if evaluate_json and json_hints is not None:
         parsed = parse_json_predicate(json_hints)
@@ -118,16 +164,12 @@ def filter_files(
             if parsed is not None:
                 predicates.append(parsed)
     if not predicates or files.num_rows == 0:
-        return files
+        return True
     predicate = predicates[0] if len(predicates) == 1 else And(tuple(predicates))
     mask = file_mask(files, metadata, predicate, stats_cache=stats_cache)
-    if mask is True:
-        return files
-    if mask is False:
-        return files.slice(0, 0)
-    if pc.all(mask).as_py():
-        return files
-    return files.filter(mask)
+    if isinstance(mask, bool) or mask.false_count:
+        return mask
+    return True
 
 
 def file_mask(
@@ -194,24 +236,40 @@ def apply_limit(
     """The leading files whose live rows (numRecords minus deletion-vector cardinality)
     reach `limit`; all files when that cannot be known before reaching it (a file without
     numRecords on the way). `None` or a negative limit keeps everything; 0 keeps none."""
-    if limit is None or limit < 0 or files.num_rows == 0:
-        return files
+    kept = limit_length(files, None, limit, stats_cache=stats_cache)
+    return files if kept is None else files.slice(0, kept)
+
+
+def limit_length(
+    files: pa.Table,
+    rows: pa.Array | None,
+    limit: int | None,
+    *,
+    stats_cache: StatsCache | None = None,
+) -> int | None:
+    """`apply_limit` on a selection of `files` (`rows`: indices in response order, None:
+    every file in order): how many leading selected files to keep, None for all."""
+    selected = files.num_rows if rows is None else len(rows)
+    if limit is None or limit < 0 or selected == 0:
+        return None
     if limit == 0:
-        return files.slice(0, 0)
-    rows = file_stats(files, [], stats_cache or DEFAULT_CACHE).num_records
+        return 0
+    records = file_stats(files, [], stats_cache or DEFAULT_CACHE).num_records
     if "deletionVector" in files.column_names:
         deletion_vectors = files.column("deletionVector")
         if deletion_vectors.null_count < len(deletion_vectors):
             deleted = pc.fill_null(pc.struct_field(deletion_vectors, ["cardinality"]), 0)
-            rows = pc.max_element_wise(pc.subtract(rows, deleted), 0, skip_nulls=False)
-    if isinstance(rows, pa.ChunkedArray):
-        rows = rows.combine_chunks()
-    total = pc.cumulative_sum(pc.fill_null(rows, 0))
+            records = pc.max_element_wise(pc.subtract(records, deleted), 0, skip_nulls=False)
+    if isinstance(records, pa.ChunkedArray):
+        records = records.combine_chunks()
+    if rows is not None:
+        records = records.take(rows)
+    total = pc.cumulative_sum(pc.fill_null(records, 0))
     reached = pc.index(pc.greater_equal(total, limit), True).as_py()
-    unknown = pc.index(pc.is_null(rows), True).as_py()
+    unknown = pc.index(pc.is_null(records), True).as_py()
     if reached < 0 or 0 <= unknown <= reached:
-        return files
-    return files.slice(0, reached + 1)
+        return None
+    return int(reached) + 1
 
 
 class _Evaluator:

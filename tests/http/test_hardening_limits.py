@@ -21,8 +21,9 @@ import orjson
 import pytest
 
 from app.limits import AdmissionGate, LimitsMiddleware, Overloaded
+from app.main import create_app
 from tests.support.corpus import CORPUS
-from tests.support.server import RunningServer, make_config, run_server
+from tests.support.server import TEST_BEARER_TOKEN, RunningServer, make_config, run_server
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
 TABLE = "/shares/s/schemas/d/tables/basic"
@@ -415,3 +416,55 @@ def test_overloaded_expensive_requests_get_503_with_retry_after() -> None:
     assert status == 503 and headers["retry-after"] == "1"
     assert _json_error(body)["errorCode"] == "TEMPORARILY_UNAVAILABLE"
     assert admitted == 200
+
+
+def test_requests_answered_from_memory_do_not_wait_for_busy_expensive_slots() -> None:
+    """The real app with its one expensive slot held and no queue: a version and a small
+    query the server can answer from its cached snapshot (within `refreshWindowMs`) are
+    served at once; a version that must read the log (`startingTimestamp`) and a metadata
+    request still get 503 with Retry-After, and are served again once the slot is free."""
+    raw = _config(maxConcurrentExpensiveRequests=1, maxQueuedRequests=0)
+    tables = [{"name": "basic", "location": str(BASIC), "historyShared": True}]
+    raw["shares"] = [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}]
+    app = create_app(make_config({**raw, "refreshWindowMs": 600_000}))
+    table = "/delta-sharing" + TABLE
+    timestamp = {"startingTimestamp": "2023-01-12T03:20:20Z"}  # after version 0
+
+    async def scenario() -> dict[str, httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        headers = {"Authorization": f"Bearer {TEST_BEARER_TOKEN}"}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://t", headers=headers
+        ) as client:
+            assert (await client.post(table + "/query", json={})).status_code == 200  # warm
+            gate = app.state.admission_gate
+            await gate.acquire()  # the only slot, as a long query would hold it
+            try:
+                answered = {
+                    "version": await client.get(table + "/version"),
+                    "head": await client.head(table),
+                    "query": await client.post(table + "/query", json={}),
+                    "timestamp": await client.get(table + "/version", params=timestamp),
+                    "metadata": await client.get(table + "/metadata"),
+                }
+            finally:
+                gate.release()
+            answered["timestamp later"] = await client.get(table + "/version", params=timestamp)
+            return answered
+
+    answered = asyncio.run(scenario())
+    statuses = {name: response.status_code for name, response in answered.items()}
+    assert statuses == {
+        "version": 200,
+        "head": 200,
+        "query": 200,
+        "timestamp": 503,
+        "metadata": 503,
+        "timestamp later": 200,
+    }
+    assert answered["version"].headers["delta-table-version"] == "1"
+    for name in ("timestamp", "metadata"):
+        refused = answered[name]
+        assert refused.headers["retry-after"] == "1"
+        assert _json_error(refused.content)["errorCode"] == "TEMPORARILY_UNAVAILABLE"
+    assert app.state.admission_gate.queued == 0
