@@ -165,10 +165,17 @@ def _widen(values: pa.Array, direction: int) -> pa.Array:
     return pc.add(values, slack) if direction > 0 else pc.subtract(values, slack)
 
 
-def null_masks(stats: ColumnStats, num_records: pa.Array) -> tuple[pa.Array, pa.Array]:
+def null_masks(stats: ColumnStats, num_records: pa.Array) -> tuple[Mask, Mask]:
     """(may hold a null, may hold a non-null value) from nullCount and numRecords: the
-    spec gives nullCount meaning only when it is 0 or equals numRecords."""
+    spec gives nullCount meaning only when it is 0 or equals numRecords. A column no file
+    with rows has nulls in (the usual case) is settled by two reductions."""
     nc, nr = stats.null_count, num_records
+    counts = pc.min_max(nc)
+    if counts["min"].as_py() == 0 and counts["max"].as_py() == 0:
+        least_rows = pc.min(nr).as_py()
+        if least_rows is None or least_rows > 0:
+            # No file can be all null; only files with unknown nullCount may hold nulls.
+            return (pc.is_null(nc) if nc.null_count else False), True
     no_rows = pc.fill_null(pc.equal(nr, 0), False)
     all_null = pc.or_(pc.fill_null(pc.equal(nc, nr), False), no_rows)
     no_null = pc.or_(pc.fill_null(pc.equal(nc, 0), False), no_rows)
