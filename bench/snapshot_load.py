@@ -213,9 +213,24 @@ def append_commit(root: Path, version: int, files: int) -> None:
 # Each script prints: load seconds (after imports), total seconds (with imports), peak
 # RSS in KiB, number of active files, private memory after the load in KiB (pages no other
 # process maps: a mapped snapshot store file is shared page cache), RSS after imports in
-# KiB. Imports are timed apart because importing pyarrow here also imports pandas
-# (installed for the test clients), about 0.7 s and 40 MB that have nothing to do with
-# reading a log.
+# KiB. Imports are timed apart.
+#
+# pyarrow imports pandas on its first `pa.array` call when pandas is installed (about
+# 0.7 s and 40 MB). The server's install (`pip install lakeshare`, the Docker image) has
+# no pandas: nothing of the server uses it, and neither does deltalake. This development
+# environment has it, for the test clients. So our reader runs as the server's install
+# does, with pandas not importable (_WITHOUT_PANDAS), and once more as this environment
+# would run it, for comparison.
+
+_WITHOUT_PANDAS = """
+import importlib.abc, sys
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+sys.meta_path.insert(0, _NoPandas())
+"""
 
 _MEMORY = """
 def _private_kib():
@@ -288,7 +303,9 @@ print(elapsed, elapsed, peak, after.num_files, _private_kib(), imported)
 Run = tuple[float, float, int, int, int, int]
 
 
-def _run(script: str, *args: str) -> Run:
+def _run(script: str, *args: str, pandas: bool = False) -> Run:
+    if not pandas:
+        script = _WITHOUT_PANDAS + script
     out = subprocess.run(
         [sys.executable, "-c", script, *args], check=True, capture_output=True, text=True
     ).stdout.split()
@@ -350,6 +367,8 @@ def main() -> None:
         baseline = _report("deltalake open+add actions (baseline)", runs)
         runs = [_run(_OURS, str(root), "-", "1") for _ in range(args.runs)]
         _report("lakeshare cold snapshot, in memory", runs, baseline)
+        runs = [_run(_OURS, str(root), "-", "1", pandas=True) for _ in range(args.runs)]
+        _report("  same, pandas importable (dev env)", runs, baseline)
 
         def cold_with_store() -> Run:
             shutil.rmtree(store, ignore_errors=True)
@@ -369,7 +388,8 @@ def main() -> None:
         print(
             "load s: median; best: best load; +imports: best with imports; peak MB: median "
             "peak RSS (vs dl: ratio to deltalake's); priv. MB: private memory after the load "
-            "(a mapped store file is shared, not private); imp. MB: RSS after imports"
+            "(a mapped store file is shared, not private); imp. MB: RSS after imports. "
+            "Lakeshare runs without pandas, as the server's install does (see _WITHOUT_PANDAS)"
         )
 
 

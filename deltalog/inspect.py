@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltalog.history import parse_timestamp, version_at_or_before
+from deltalog.packed_stats import stats_text
 from deltalog.paths import decode_path
 from deltalog.snapshot import Snapshot
 from deltalog.table import DeltaTable
@@ -95,7 +96,7 @@ def _files(files: pa.Table) -> list[dict[str, Any]]:
     paths = files.column("path").to_pylist()
     sizes = files.column("size").to_pylist()
     partition_values = files.column("partitionValues").to_pylist()
-    stats = files.column("stats").to_pylist()
+    stats = stats_text(files.column("stats")).to_pylist()
     cardinality = pc.struct_field(files.column("deletionVector"), "cardinality")
     deleted = pc.fill_null(cardinality, 0).to_pylist()
     return [

@@ -30,6 +30,7 @@ import pyarrow.json as pj
 
 from deltalog.actions import STATS_PARSED, Metadata
 from deltalog.file_chunks import FileChunks
+from deltalog.packed_stats import stats_text
 from deltalog.schema import (
     ArrayType,
     DataType,
@@ -143,7 +144,8 @@ def stats_type(metadata: Metadata) -> pa.StructType | None:
 
 def typed_stats(stats: pa.Array, struct: pa.StructType) -> pa.StructArray:
     """`struct` values for each row of a `stats` string array (null where a row has no
-    statistics or its group could not be read)."""
+    statistics or its group could not be read); packed statistics are unpacked first."""
+    stats = stats_text(stats)
     if pa.types.is_large_string(stats.type):
         stats = stats.cast(pa.string())
     groups = _groups(stats)

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, STATS_PARSED, CommitActions
 from deltalog.file_chunks import FileChunks
 from deltalog.null_columns import null_array
+from deltalog.packed_stats import PACKED_STATS, is_packed, pack_stats, packed_schema
 
 _KEY_SEP = "\x00"
 
@@ -67,17 +68,34 @@ def _chunked(arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def files_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema of a snapshot's files: ADD_SCHEMA, plus the typed statistics column when
-    `schema` (a checkpoint's adds) carries one."""
+    """The schema of a snapshot's files: ADD_SCHEMA with `stats` as `schema` (a
+    checkpoint's adds) holds it (strings, or packed: deltalog.packed_stats), plus the
+    typed statistics column when `schema` carries one."""
+    out = ADD_SCHEMA
+    if "stats" in schema.names and is_packed(schema.field("stats").type):
+        out = packed_schema(out)
     if STATS_PARSED in schema.names:
-        return ADD_SCHEMA.append(schema.field(STATS_PARSED))
-    return ADD_SCHEMA
+        return out.append(schema.field(STATS_PARSED))
+    return out
+
+
+def pack_adds(rows: pa.Table) -> pa.Table:
+    """Add rows with their `stats` packed (deltalog.packed_stats), chunk by chunk."""
+    column = rows.column("stats")
+    if is_packed(column.type):
+        return rows
+    packed = pa.chunked_array([pack_stats(c) for c in column.chunks], PACKED_STATS)
+    index = rows.schema.get_field_index("stats")
+    return rows.set_column(index, pa.field("stats", PACKED_STATS), packed)
 
 
 def conform_adds(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    """ADD_SCHEMA rows (of a commit) in `schema`: columns it adds are null."""
+    """ADD_SCHEMA rows (of a commit) in `schema`: columns it adds are null, and `stats`
+    are packed when the schema's are."""
     if rows.schema.equals(schema):
         return rows
+    if is_packed(schema.field("stats").type):
+        rows = pack_adds(rows)
     for field in schema:
         if field.name not in rows.column_names:
             rows = rows.append_column(field, null_array(field.type, rows.num_rows))
@@ -116,8 +134,9 @@ class FileState:
         return cls(FileChunks.build(adds, file_keys), FileChunks.build(removes, file_keys))
 
     @classmethod
-    def empty(cls) -> FileState:
-        return cls(FileChunks.empty(ADD_SCHEMA), FileChunks.empty(REMOVE_SCHEMA))
+    def empty(cls, files: pa.Schema = ADD_SCHEMA) -> FileState:
+        """No files yet; later adds take the `files` schema (ADD_SCHEMA or packed)."""
+        return cls(FileChunks.empty(files), FileChunks.empty(REMOVE_SCHEMA))
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltalog.actions import CommitActions, Metadata, Protocol
-from deltalog.checkpoint import read_checkpoint
+from deltalog.actions import ADD_SCHEMA, CommitActions, Metadata, Protocol
+from deltalog.checkpoint import CheckpointPart, CheckpointReader, CheckpointState
 from deltalog.commits import in_commit_timestamps_enabled, read_commit
 from deltalog.errors import CorruptLogError
 from deltalog.features import check_reader_protocol
 from deltalog.file_chunks import FileChunks
 from deltalog.log_segment import LogSegment
-from deltalog.replay import FileState, apply_commits
+from deltalog.packed_stats import can_pack, packed_schema
+from deltalog.replay import FileState, apply_commits, pack_adds
 from deltalog.storage.base import FileInfo, Storage
 
 CommitClock = Callable[[int, int | None], int]
@@ -231,17 +232,18 @@ def load_snapshot(
     storage: Storage, table_root: str, segment: LogSegment, *, clock: CommitClock
 ) -> Snapshot:
     """Replay `segment` (checkpoint, then commits) into a Snapshot whose timestamp comes
-    from `clock`."""
+    from `clock`. Its files hold their statistics packed (deltalog.packed_stats)."""
+    packed = can_pack()
     if segment.checkpoint is not None:
-        cp = read_checkpoint(storage, table_root, segment.checkpoint)
+        cp = _read_checkpoint(storage, table_root, segment, packed=packed)
         domains = {k: v for k, v in cp.domain_metadata.items() if not v.get("removed")}
         protocol, metadata = cp.protocol, cp.metadata
-        state = FileState.from_base(cp.adds, cp.removes)
+        state = FileState.from_base(pack_adds(cp.adds) if packed else cp.adds, cp.removes)
         txns, version = dict(cp.txns), cp.version
         checkpoint_version: int | None = cp.version
     else:
         protocol = metadata = None
-        state = FileState.empty()
+        state = FileState.empty(packed_schema(ADD_SCHEMA) if packed else ADD_SCHEMA)
         txns, domains, version = {}, {}, -1
         checkpoint_version = None
     commits = read_commits(storage, table_root, segment.commits, metadata)
@@ -262,3 +264,18 @@ def load_snapshot(
         checkpoint_version=checkpoint_version,
         in_commit_timestamp=in_commit_timestamp,
     )
+
+
+def _read_checkpoint(
+    storage: Storage, table_root: str, segment: LogSegment, *, packed: bool
+) -> CheckpointState:
+    """The segment's checkpoint, each row group's statistics packed as soon as it is read,
+    so the strings of the whole checkpoint never exist at once."""
+    assert segment.checkpoint is not None
+    reader = CheckpointReader(storage, table_root, segment.checkpoint)
+
+    def part_packed(part: CheckpointPart) -> CheckpointPart:
+        part.adds = [pack_adds(t) for t in part.adds]
+        return part
+
+    return reader.combine([part_packed(p) if packed else p for p in reader.parts()])

@@ -66,6 +66,7 @@ from deltalog.file_chunks import CHUNK_ROWS, ChunkSink, FileChunks, flat, split_
 from deltalog.json_stats import stats_type, typed_stats, with_typed_stats
 from deltalog.log_segment import LogListing, LogSegment, build_segment, list_log
 from deltalog.null_columns import null_array
+from deltalog.packed_stats import text_batch, text_schema
 from deltalog.replay import FileState, commit_winners, conform_adds, file_keys, files_schema
 from deltalog.snapshot import (
     CommitClock,
@@ -485,6 +486,8 @@ class _Layout:
 
     @classmethod
     def of(cls, chunks: FileChunks) -> _Layout:
+        """The layout of a snapshot's chunks; packed statistics are written as their JSON
+        strings (a mapped file is shared memory already)."""
         batches = chunks.batches
         null_columns = tuple(
             f.name
@@ -494,7 +497,7 @@ class _Layout:
         with_keys = any(
             not k.equals(b.column("path")) for b, k in zip(batches, chunks.keys, strict=True)
         )
-        return cls(chunks.schema, null_columns, with_keys)
+        return cls(text_schema(chunks.schema), null_columns, with_keys)
 
     @property
     def written(self) -> pa.Schema:
@@ -504,6 +507,7 @@ class _Layout:
         return pa.schema(fields)
 
     def row(self, batch: pa.RecordBatch, keys: pa.Array) -> pa.RecordBatch:
+        batch = text_batch(batch)
         out = batch.select([f.name for f in self.schema if f.name not in self.null_columns])
         return out.append_column(_KEY_COLUMN, keys) if self.with_keys else out
 

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from deltalog import DeletionVectorError
 from deltalog.deletion_vectors import DeletionVectorDescriptor, absolute_paths
+from deltalog.packed_stats import stats_text
 from sharing.errors import UnsupportedOperation
 from sharing.formats import (
     CDC,
@@ -109,7 +110,7 @@ def _add_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
         field("size", json_number(pc.fill_null(batch.column("size"), 0))),
         field("modificationTime", json_number(pc.fill_null(batch["modificationTime"], 0))),
         field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
-        field("stats", json_string(batch.column("stats"))),
+        field("stats", json_string(stats_text(batch.column("stats")))),
         _tags(batch),
         field("clusteringProvider", json_string(batch.column("clusteringProvider"))),
     ]
@@ -124,7 +125,7 @@ def _remove_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
         ',"partitionValues":',
         json_string_map(batch.column("partitionValues")),
         field("size", json_number(batch.column("size"))),
-        field("stats", json_string(batch.column("stats"))),
+        field("stats", json_string(stats_text(batch.column("stats")))),
         _tags(batch),
     ]
 

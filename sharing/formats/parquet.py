@@ -11,6 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltalog.packed_stats import stats_text
 from deltalog.schema import clean_schema_for_sharing
 from sharing.formats import (
     CDC,
@@ -56,7 +57,7 @@ class ParquetWriter:
         paths = batch.column("path")
         signed = ctx.signer.sign(storage_keys(paths, ctx.storage, ctx.table_root))
         # Removes and change data files carry no stats for the client to use.
-        stats = None if action in (REMOVE, CDC) else batch.column("stats")
+        stats = None if action in (REMOVE, CDC) else stats_text(batch.column("stats"))
         pieces = [
             f'{{"{action}":{{"url":',
             json_string(pa.array(signed.urls, pa.string())),

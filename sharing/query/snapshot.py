@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltalog import Snapshot
+from deltalog.packed_stats import text_table
 from sharing.catalog import SharedTable
 from sharing.formats import FileContext, writer_for
 from sharing.formats.ids import with_file_ids
@@ -274,8 +275,9 @@ def _select(
     if templates is not None:
         return Selection(head, None, templates, next_index, selected.num_rows)
     # Lines that cannot be templated (deletion vectors in files) are written per request
-    # from a copy of the few rows, which does not keep the snapshot's buffers alive.
-    copied = selected.take(pa.array(range(selected.num_rows), pa.int64()))
+    # from a copy of the few rows, which does not keep the snapshot's buffers alive (nor
+    # the blocks of its packed statistics: the copy holds their text).
+    copied = text_table(selected.take(pa.array(range(selected.num_rows), pa.int64())))
     return Selection(head, copied, None, next_index, selected.num_rows)
 
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from deltalog.packed_stats import stats_text
 from sharing.skipping.convert import convert
 from sharing.skipping.expr import INT64_MAX, INT64_MIN
 
@@ -81,7 +82,9 @@ def concat_file_stats(parts: Sequence[FileStats], requests: Sequence[StatsReques
 
 def parse_stats(stats: pa.Array, requests: Sequence[StatsRequest]) -> FileStats:
     """numRecords and the requested columns' stats for every row of a stats string array.
-    Missing, null or malformed stats give nulls (the evaluator reads null as unknown)."""
+    Missing, null or malformed stats give nulls (the evaluator reads null as unknown);
+    packed stats (deltalog.packed_stats) are unpacked first."""
+    stats = stats_text(stats)
     if pa.types.is_large_string(stats.type):
         stats = stats.cast(pa.string())
     schema = _read_schema(requests)
@@ -406,7 +409,8 @@ class StatsCache:
 
 
 def _key(chunk: pa.Array) -> tuple[int, int, int]:
-    """The chunk's memory: validity, offsets and data buffers (kept alive by the entry)."""
+    """The chunk's memory: validity, offsets and data buffers (kept alive by the entry);
+    of packed stats, the struct's validity and its block references."""
     validity, offsets, data = (b.address if b is not None else 0 for b in chunk.buffers()[:3])
     return validity, offsets, data
 

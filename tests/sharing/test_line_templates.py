@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 import deltalog
+from deltalog.packed_stats import stats_text
 from sharing.formats import FileContext, storage_keys, writer_for
 from sharing.formats.ids import with_file_ids
 from sharing.formats.templates import LineTemplates, line_templates
@@ -54,7 +55,7 @@ def _context(snapshot: deltalog.Snapshot, scheme: str, version: int | None = Non
 
 
 def _dictionary(files: pa.Table, name: str) -> pa.Table:
-    column = files.column(name).combine_chunks()
+    column = stats_text(files.column(name)).combine_chunks()
     if isinstance(column, pa.MapArray):  # dictionary-encoded partition values
         items = pc.dictionary_encode(column.items)
         encoded: pa.Array = pa.MapArray.from_arrays(column.offsets, column.keys, items)
