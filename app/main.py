@@ -18,7 +18,7 @@ from app.openapi import OPENAPI_PATH, serve_openapi
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
-from app.routing import authenticated_routes
+from app.routing import ProtocolApp, authenticated_routes
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.presign.local_verify import FileServer
@@ -53,7 +53,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """A ready-to-serve app for `config`; every route lives under `config.endpoint`."""
-    app = FastAPI(
+    app = ProtocolApp(
         title="Lakeshare",
         docs_url=None,
         redoc_url=None,
@@ -89,7 +89,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     authenticated = [Depends(require_bearer_token)]
     prefix = config.endpoint
     # The busiest routes skip FastAPI's per-request dependency solving (app.routing).
-    app.router.routes.extend(authenticated_routes(prefix, (*listing.ROUTES, *tables.ROUTES)))
+    app.add_protocol_routes(authenticated_routes(prefix, (*listing.ROUTES, *tables.ROUTES)))
     app.include_router(tables.router, prefix=prefix, dependencies=authenticated)
     app.include_router(credentials.router, prefix=prefix, dependencies=authenticated)
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)

@@ -27,7 +27,7 @@ __all__ = ["AuditEvent", "RefusalBudget", "delete_older_than", "insert_events", 
 log = logging.getLogger("lakeshare.audit")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 2.5x, per request
 class AuditEvent:
     at: int
     operation: str
