@@ -19,6 +19,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -294,6 +295,7 @@ class _Evaluator:
         self._stats: FileStats | None = None
         self._bounds: dict[tuple[Any, ...], Bounds | None] = {}
         self._partition_values: pa.Array | None = None
+        self._partition_raw: dict[str, pa.DictionaryArray] = {}
 
     # tree ------------------------------------------------------------------------------
 
@@ -342,7 +344,8 @@ class _Evaluator:
         if bounds is None:
             return UNKNOWN
         scalar = pa.scalar(value, _ARROW_OF_DOMAIN[domain])
-        return _compare_bounds(bounds, op, scalar, value, weak=domain == D_LOSSY)
+        masks = _compare_bounds(bounds, op, scalar, value, weak=domain == D_LOSSY)
+        return self.per_file(column, masks)
 
     # columns ---------------------------------------------------------------------------
 
@@ -372,29 +375,47 @@ class _Evaluator:
     def nulls(self, column: ResolvedColumn) -> Masks:
         """(may hold a null, may hold a non-null value) per file."""
         if column.partition:
-            raw = self.partition_raw(column)
-            is_null = pc.fill_null(pc.equal(raw, ""), True)
-            return is_null, pc.invert(is_null)
+            is_null = pc.fill_null(pc.equal(self.partition_raw(column).dictionary, ""), True)
+            return self.per_file(column, (is_null, pc.invert(is_null)))
         stats = self.stats()
         request = stats_request(column)
         return null_masks(stats.columns[request], stats.num_records)
 
-    def partition_raw(self, column: ResolvedColumn) -> pa.Array:
-        return map_lookup(self.partition_values(), column.physical_path[0])
+    def partition_raw(self, column: ResolvedColumn) -> pa.DictionaryArray:
+        """The column's serialized partition values, dictionary-encoded (a null, for an
+        absent key, is a dictionary value too): a table has few distinct partition values,
+        so they are parsed and compared once each, and the masks spread to the files."""
+        key = column.physical_path[0]
+        found = self._partition_raw.get(key)
+        if found is None:
+            found = self._partition_raw[key] = _encoded(map_lookup(self.partition_values(), key))
+        return found
+
+    def per_file(self, column: ResolvedColumn, masks: Masks) -> Masks:
+        """Masks over a partition column's dictionary values as masks over the files."""
+        if not column.partition:
+            return masks
+        codes = self.partition_raw(column).indices
+        may_true, may_false = masks
+        return (
+            may_true if isinstance(may_true, bool) else may_true.take(codes),
+            may_false if isinstance(may_false, bool) else may_false.take(codes),
+        )
 
     def _load_bounds(self, column: ResolvedColumn, domain: str) -> Bounds:
         if column.partition:
-            return partition_bounds(self.partition_raw(column), column, domain)
+            return partition_bounds(self.partition_raw(column).dictionary, column, domain)
         stats = self.stats()
         request = stats_request(column)
         return stats_bounds(stats.columns[request], stats.num_records, column, domain)
 
     def partition_values(self) -> pa.Array:
+        """The partitionValues maps as one array (a single chunk as it is, not copied)."""
         if self._partition_values is None:
             values = self.files.column("partitionValues")
-            self._partition_values = (
-                values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-            )
+            if isinstance(values, pa.ChunkedArray):
+                values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+            self._partition_values = values
         return self._partition_values
 
     def stats(self) -> FileStats:
@@ -438,6 +459,23 @@ def map_lookup(maps: pa.MapArray, key: str) -> pa.Array:
             if pc.all(inside).as_py():
                 return maps.items.take(matches)
     return pc.map_lookup(maps, pa.scalar(key), "first")
+
+
+def _encoded(values: pa.Array) -> pa.DictionaryArray:
+    """`values` dictionary-encoded with nulls as a dictionary value (no null index). A
+    dictionary already there may hold other keys' values too: only the used ones stay."""
+    if not pa.types.is_dictionary(values.type):
+        encoded: pa.DictionaryArray = pc.dictionary_encode(values, null_encoding="encode")
+        return encoded
+    used = pc.unique(values.indices).drop_null()
+    dictionary = values.dictionary.take(used)
+    position = np.zeros(len(values.dictionary), np.int32)
+    position[used.to_numpy()] = np.arange(len(used), dtype=np.int32)
+    indices = pa.array(position).take(values.indices)
+    if indices.null_count:
+        dictionary = pa.concat_arrays([dictionary, pa.nulls(1, dictionary.type)])
+        indices = pc.fill_null(indices, len(used))
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
 
 
 def _compare_bounds(bounds: Bounds, op: str, scalar: pa.Scalar, value: Any, *, weak: bool) -> Masks:

@@ -1,0 +1,126 @@
+"""Partition predicates are evaluated once per distinct partition value and spread to the
+files: the files kept are those a per-file oracle keeps, with partition values held as
+strings or dictionary-encoded (nulls and absent keys included), in one chunk or several."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+
+from deltalog.actions import ADD_SCHEMA, STRING_MAP, Metadata
+from sharing.skipping import StatsCache, select_files
+
+METADATA = Metadata.from_action(
+    {
+        "id": "p",
+        "schemaString": json.dumps(
+            {
+                "type": "struct",
+                "fields": [
+                    {"name": "day", "type": "date", "nullable": True, "metadata": {}},
+                    {"name": "n", "type": "integer", "nullable": True, "metadata": {}},
+                    {"name": "v", "type": "long", "nullable": True, "metadata": {}},
+                ],
+            }
+        ),
+        "partitionColumns": ["day", "n"],
+        "configuration": {},
+    }
+)
+DAYS = ["2024-01-01", "2024-01-02", "2024-02-29", None, "2023-12-31"]
+NS = ["1", "2", "10", None, "-3", "2"]
+
+
+def _partitions(i: int) -> list[tuple[str, str | None]]:
+    pairs: list[tuple[str, str | None]] = [("day", DAYS[i % len(DAYS)])]
+    if i % 7:  # every seventh file lacks the key `n` altogether
+        pairs.append(("n", NS[i % len(NS)]))
+    return pairs
+
+
+def _files(count: int, dictionary: bool, chunk: int) -> pa.Table:
+    rows = [
+        {"path": f"f{i}", "partitionValues": _partitions(i), "size": 1, "stats": None}
+        for i in range(count)
+    ]
+    table = pa.Table.from_pylist(rows, schema=ADD_SCHEMA)
+    if dictionary:
+        maps = table.column("partitionValues").combine_chunks()
+        items = maps.items.dictionary_encode()
+        encoded_type = pa.map_(pa.string(), items.type)
+        encoded = pa.MapArray.from_arrays(maps.offsets, maps.keys, items, type=encoded_type)
+        table = table.set_column(
+            table.schema.get_field_index("partitionValues"), "partitionValues", encoded
+        )
+    return pa.Table.from_batches(table.to_batches(max_chunksize=chunk))
+
+
+def _compare(op: str, name: str, value: str, kind: str) -> dict[str, object]:
+    return {
+        "op": op,
+        "children": [
+            {"op": "column", "name": name, "valueType": kind},
+            {"op": "literal", "value": value, "valueType": kind},
+        ],
+    }
+
+
+def _is_null(name: str, kind: str) -> dict[str, object]:
+    return {"op": "isNull", "children": [{"op": "column", "name": name, "valueType": kind}]}
+
+
+PREDICATES: list[tuple[dict[str, object], object]] = [
+    (_compare("equal", "day", "2024-01-02", "date"), lambda d, n: d == dt.date(2024, 1, 2)),
+    (
+        _compare("lessThan", "day", "2024-01-02", "date"),
+        lambda d, n: d is not None and d < dt.date(2024, 1, 2),
+    ),
+    (_compare("greaterThanOrEqual", "n", "2", "int"), lambda d, n: n is not None and n >= 2),
+    (_is_null("n", "int"), lambda d, n: n is None),
+    (_is_null("day", "date"), lambda d, n: d is None),
+    (
+        {"op": "not", "children": [_compare("equal", "n", "2", "int")]},
+        lambda d, n: n is not None and n != 2,
+    ),
+    (
+        {
+            "op": "or",
+            "children": [_is_null("day", "date"), _compare("lessThan", "n", "0", "int")],
+        },
+        lambda d, n: d is None or (n is not None and n < 0),
+    ),
+]
+
+
+def _oracle(i: int, keep: object) -> bool:
+    values = dict(_partitions(i))
+    day = values.get("day")
+    n = values.get("n")
+    return bool(
+        keep(  # type: ignore[operator]
+            dt.date.fromisoformat(day) if day is not None else None,
+            int(n) if n is not None else None,
+        )
+    )
+
+
+@pytest.mark.parametrize("dictionary", [False, True])
+@pytest.mark.parametrize("chunk", [13, 1000])
+def test_partition_predicates_keep_what_the_oracle_keeps(dictionary: bool, chunk: int) -> None:
+    files = _files(90, dictionary, chunk)
+    assert files.schema.field("partitionValues").type != STRING_MAP or not dictionary
+    for predicate, keep in PREDICATES:
+        rows = select_files(
+            files,
+            METADATA,
+            json_hints=json.dumps(predicate),
+            sql_hints=None,
+            evaluate_json=True,
+            evaluate_sql=False,
+            stats_cache=StatsCache(),
+        )
+        kept = list(range(90)) if rows is None else rows.to_pylist()
+        assert kept == [i for i in range(90) if _oracle(i, keep)], predicate
