@@ -90,17 +90,27 @@ class ProtocolApp(FastAPI):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._protocol_routes: list[ProtocolRoute] = []
+        # Per method, the protocol routes that answer it, with the last segment of their
+        # path when it is literal: their paths exclude one another, so a request can only
+        # fully match one, and only one that answers its method and ends its path alike.
+        self._protocol_routes: dict[str, list[tuple[str, ProtocolRoute]]] = {}
         self._direct: ASGIApp | None = None
 
     def add_protocol_routes(self, routes: Sequence[ProtocolRoute]) -> None:
         """Serve `routes`; FastAPI's router lists them too, ahead of the routes added after."""
         self.router.routes.extend(routes)
-        self._protocol_routes.extend(routes)
+        for route in routes:
+            last = route.path.rsplit("/", 1)[1]
+            ending = "" if "{" in last else "/" + last
+            for method in route.methods or ():
+                self._protocol_routes.setdefault(method, []).append((ending, route))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self.root_path:
-            for route in self._protocol_routes:
+            path: str = scope["path"]
+            for ending, route in self._protocol_routes.get(scope["method"], ()):
+                if not path.endswith(ending):
+                    continue
                 match, child_scope = route.matches(scope)
                 if match is Match.FULL:
                     scope["app"] = self
