@@ -71,7 +71,7 @@ def upload_log(endpoint: str, table: Path) -> None:
         client.upload_file(str(path), BUCKET, f"{PREFIX}/_delta_log/{path.name}")
 
 
-def write_config(path: Path, endpoint: str, local_table: Path) -> None:
+def write_config(path: Path, endpoint: str, local_table: Path, snapshot_cache: bool) -> None:
     tables = [
         {
             "name": "s3",
@@ -95,6 +95,8 @@ def write_config(path: Path, endpoint: str, local_table: Path) -> None:
         "logLevel": "WARNING",
         "shares": [{"name": "bench", "schemas": [{"name": "s", "tables": tables}]}],
     }
+    if not snapshot_cache:
+        config["snapshotCacheDir"] = "off"  # snapshots loaded in memory: statistics packed
     path.write_text(json.dumps(config))  # JSON is YAML
 
 
@@ -170,6 +172,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--no-snapshot-cache",
+        action="store_true",
+        help="serve snapshots loaded in memory (statistics packed) instead of the server's "
+        "default snapshot cache (mapped store files, statistics as strings)",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="lakeshare-query-bench-"))
@@ -183,7 +191,7 @@ def main() -> None:
         processes.append(moto)
         upload_log(endpoint, table)
         config = workdir / "config.yaml"
-        write_config(config, endpoint, table)
+        write_config(config, endpoint, table, snapshot_cache=not args.no_snapshot_cache)
         base, server = start_server(config, workdir)
         processes.append(server)
 

@@ -37,8 +37,7 @@ import pyarrow.compute as pc
 
 from deltalog.actions import ADD_SCHEMA, STATS_PARSED, STRING_MAP, Metadata
 from deltalog.json_stats import stats_type, typed_stats
-from deltalog.packed_stats import can_pack
-from deltalog.replay import pack_adds
+from deltalog.packed_stats import can_pack, pack_adds
 from sharing.skipping import StatsCache, apply_limit, filter_files, select_files
 from sharing.skipping.warm import StatsWarmer
 

@@ -29,6 +29,8 @@ from functools import cached_property
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltalog.packed_stats import concat_batches
+
 CHUNK_ROWS = 16_384
 MERGE_RATIO = 8
 
@@ -177,7 +179,7 @@ class ChunkSink:
                 self._emit(*group[0])
             else:
                 self._emit(
-                    pa.concat_batches([b for b, _ in group]),
+                    concat_batches([b for b, _ in group]),
                     pa.concat_arrays([k for _, k in group]),
                 )
         del self._groups[:count]

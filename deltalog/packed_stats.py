@@ -23,6 +23,7 @@ page cache, and Arrow IPC files cannot hold a dictionary that changes between ba
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -78,6 +79,29 @@ def pack_stats(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     row = pa.array((positions % BLOCK_ROWS).astype(np.uint16))
     mask = values.is_null() if values.null_count else None
     return pa.StructArray.from_arrays([block, row], fields=list(PACKED_STATS), mask=mask)
+
+
+def pack_adds(rows: pa.Table) -> pa.Table:
+    """Add rows with their `stats` packed, chunk by chunk."""
+    column = rows.column("stats")
+    if is_packed(column.type):
+        return rows
+    packed = pa.chunked_array([pack_stats(c) for c in column.chunks], PACKED_STATS)
+    index = rows.schema.get_field_index("stats")
+    return rows.set_column(index, pa.field("stats", PACKED_STATS), packed)
+
+
+def concat_batches(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
+    """The rows of `batches` (file actions of one schema) as one batch. Packed statistics
+    are packed afresh: concatenating them as they are would unify the batches' block
+    dictionaries, keeping every block each of them refers to (also blocks of rows long
+    filtered out), so chunks merged again and again by refreshes would grow."""
+    index = batches[0].schema.get_field_index("stats")
+    if index < 0 or not is_packed(batches[0].schema.field(index).type):
+        return pa.concat_batches(batches)
+    merged = pa.concat_batches([text_batch(b) for b in batches])
+    packed = pack_stats(merged.column(index))
+    return merged.set_column(index, pa.field("stats", PACKED_STATS), packed)
 
 
 def packed_schema(schema: pa.Schema) -> pa.Schema:

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, STATS_PARSED, CommitActions
 from deltalog.file_chunks import FileChunks
 from deltalog.null_columns import null_array
-from deltalog.packed_stats import PACKED_STATS, is_packed, pack_stats, packed_schema
+from deltalog.packed_stats import is_packed, pack_adds, packed_schema
 
 _KEY_SEP = "\x00"
 
@@ -77,16 +77,6 @@ def files_schema(schema: pa.Schema) -> pa.Schema:
     if STATS_PARSED in schema.names:
         return out.append(schema.field(STATS_PARSED))
     return out
-
-
-def pack_adds(rows: pa.Table) -> pa.Table:
-    """Add rows with their `stats` packed (deltalog.packed_stats), chunk by chunk."""
-    column = rows.column("stats")
-    if is_packed(column.type):
-        return rows
-    packed = pa.chunked_array([pack_stats(c) for c in column.chunks], PACKED_STATS)
-    index = rows.schema.get_field_index("stats")
-    return rows.set_column(index, pa.field("stats", PACKED_STATS), packed)
 
 
 def conform_adds(rows: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -24,8 +24,8 @@ from deltalog.errors import CorruptLogError
 from deltalog.features import check_reader_protocol
 from deltalog.file_chunks import FileChunks
 from deltalog.log_segment import LogSegment
-from deltalog.packed_stats import can_pack, packed_schema
-from deltalog.replay import FileState, apply_commits, pack_adds
+from deltalog.packed_stats import can_pack, pack_adds, packed_schema
+from deltalog.replay import FileState, apply_commits
 from deltalog.storage.base import FileInfo, Storage
 
 CommitClock = Callable[[int, int | None], int]

@@ -13,9 +13,13 @@ import pyarrow.compute as pc
 import pytest
 
 from deltalog import DeltaTable
+from deltalog.actions import CDC_SCHEMA, REMOVE_SCHEMA, CommitActions
 from deltalog.checkpoint import read_checkpoint
+from deltalog.commits import file_actions_table
+from deltalog.file_chunks import CHUNK_ROWS
 from deltalog.log_segment import build_segment
-from deltalog.packed_stats import BLOCK_ROWS, is_packed, pack_stats, stats_text
+from deltalog.packed_stats import BLOCK_ROWS, is_packed, pack_adds, pack_stats, stats_text
+from deltalog.replay import FileState, apply_commits
 from deltalog.storage.local import LocalStorage
 from tests.support import handlog as h
 from tests.support.corpus import corpus_table
@@ -129,3 +133,60 @@ def test_packed_statistics_are_a_fraction_of_the_strings() -> None:
     )
     packed = pack_stats(text)
     assert packed.nbytes * 5 < text.nbytes
+
+
+def _commit(version: int, adds: list[str], removes: list[str]) -> CommitActions:
+    return CommitActions(
+        version=version,
+        timestamp=version,
+        adds=file_actions_table(
+            "add", [{"path": p, "size": 1, "stats": f'{{"n":"{p}"}}'} for p in adds], version, "t"
+        ),
+        removes=file_actions_table("remove", [{"path": p} for p in removes], version, "t"),
+        cdcs=CDC_SCHEMA.empty_table(),
+    )
+
+
+def test_refreshes_keep_each_chunks_blocks_bounded() -> None:
+    """Chunks merged again and again by refreshes are packed afresh: a chunk refers to
+    about as many blocks as its rows fill, not to every block it ever shared."""
+    n = 3 * CHUNK_ROWS
+    base = FileState.from_base(
+        pack_adds(
+            file_actions_table(
+                "add",
+                [{"path": f"f{i}", "size": 1, "stats": f'{{"i":{i}}}'} for i in range(n)],
+                0,
+                "t",
+            )
+        ),
+        REMOVE_SCHEMA.empty_table(),
+    )
+    state = base
+    rng = random.Random(3)
+    expected = {f"f{i}": f'{{"i":{i}}}' for i in range(n)}
+    for version in range(1, 200):
+        gone = rng.sample(sorted(expected), 40)
+        new = [f"v{version}-{j}" for j in range(30)]
+        state = apply_commits(state, [_commit(version, new, gone)])
+        for p in gone:
+            del expected[p]
+        expected.update({p: f'{{"n":"{p}"}}' for p in new})
+    files = state.files
+    assert is_packed(files.schema.field("stats").type)
+    got = dict(
+        zip(
+            files.column("path").to_pylist(),
+            stats_text(files.column("stats")).to_pylist(),
+            strict=True,
+        )
+    )
+    assert got == expected
+    dictionaries = {
+        b.column("stats").field(0).dictionary.buffers()[1].address: len(
+            b.column("stats").field(0).dictionary
+        )
+        for b in state.active.batches
+    }
+    # Without packing merged chunks afresh: 247 blocks here, and growing with refreshes.
+    assert sum(dictionaries.values()) <= -(-n // BLOCK_ROWS) + 4 * len(dictionaries)
