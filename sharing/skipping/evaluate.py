@@ -203,7 +203,7 @@ def file_mask(
             if narrowed is not None:
                 return narrowed
         evaluator.prepare(predicate)
-        may_true, _ = evaluator.evaluate(predicate)
+        may_true, _ = evaluator.evaluate(predicate, want_false=False)
     except Exception:  # a bug here must cost filtering, not the request
         log.exception("predicate hints ignored: evaluation failed")
         return True
@@ -219,7 +219,8 @@ def _candidates_first(files: pa.Table, resolver: Resolver, predicate: Expr) -> M
     """Cold-cache shortcut: judge by partition values alone first (data columns unknown);
     when that leaves few files, parse just their statistics (uncached) to finish. None
     when the partition pass does not narrow enough to be worth it."""
-    coarse, _ = _Evaluator(files, resolver, None, data_columns=False).evaluate(predicate)
+    coarse_pass = _Evaluator(files, resolver, None, data_columns=False)
+    coarse, _ = coarse_pass.evaluate(predicate, want_false=False)
     if coarse is True:
         return None
     if coarse is False:
@@ -231,7 +232,7 @@ def _candidates_first(files: pa.Table, resolver: Resolver, predicate: Expr) -> M
         return coarse
     subset = _Evaluator(files.filter(coarse), resolver, None, partitions=None)  # a copy
     subset.prepare(predicate)
-    fine, _ = subset.evaluate(predicate)
+    fine, _ = subset.evaluate(predicate, want_false=False)
     if isinstance(fine, bool):
         return coarse if fine else False
     return pc.fill_null(pc.take(fine, scatter_indices(coarse)), False)
@@ -306,16 +307,18 @@ class _Evaluator:
 
     # tree ------------------------------------------------------------------------------
 
-    def evaluate(self, node: Expr) -> Masks:
+    def evaluate(self, node: Expr, *, want_false: bool = True) -> Masks:
+        """(may_true, may_false) of `node`; without `want_false` may_false is not computed
+        (left True), which halves the work of a predicate with no NOT above a comparison."""
         if isinstance(node, Compare):
-            return self.compare(node)
+            return self.compare(node, want_false)
         if isinstance(node, IsNull):
             return self.is_null(node)
         if isinstance(node, And):
-            results = [self.evaluate(child) for child in node.children]
+            results = [self.evaluate(child, want_false=want_false) for child in node.children]
             return _all([r[0] for r in results]), _any([r[1] for r in results])
         if isinstance(node, Or):
-            results = [self.evaluate(child) for child in node.children]
+            results = [self.evaluate(child, want_false=want_false) for child in node.children]
             return _any([r[0] for r in results]), _all([r[1] for r in results])
         if isinstance(node, Not):
             may_true, may_false = self.evaluate(node.child)
@@ -331,7 +334,7 @@ class _Evaluator:
             return UNKNOWN
         return self.nulls(column)
 
-    def compare(self, node: Compare) -> Masks:
+    def compare(self, node: Compare, want_false: bool = True) -> Masks:
         op, left, right = node.op, node.left, node.right
         if isinstance(left, Literal) and isinstance(right, Column):
             op, left, right = FLIPPED[op], right, left
@@ -351,7 +354,8 @@ class _Evaluator:
         if bounds is None:
             return UNKNOWN
         scalar = pa.scalar(value, _ARROW_OF_DOMAIN[domain])
-        masks = _compare_bounds(bounds, op, scalar, value, weak=domain == D_LOSSY)
+        weak = domain == D_LOSSY
+        masks = _compare_bounds(bounds, op, scalar, value, weak=weak, want_false=want_false)
         return self.per_file(column, masks)
 
     # columns ---------------------------------------------------------------------------
@@ -448,31 +452,40 @@ class _Evaluator:
         self._stats = file_stats(self.files, requests, self.cache)
 
 
-def _compare_bounds(bounds: Bounds, op: str, scalar: pa.Scalar, value: Any, *, weak: bool) -> Masks:
+def _compare_bounds(
+    bounds: Bounds, op: str, scalar: pa.Scalar, value: Any, *, weak: bool, want_false: bool
+) -> Masks:
+    """(may_true, may_false) of `column op literal`; may_false only `want_false` (else
+    True)."""
     lo = bounds.lo
     strict_lt = pc.less_equal if weak else pc.less
+    may_false: Mask = True
     if op == LT:
         may_true = _unknown_is_true(strict_lt(lo, scalar))
-        may_false = _upper_reaches(bounds, scalar, value, strict=False)
+        if want_false:
+            may_false = _upper_reaches(bounds, scalar, value, strict=False)
     elif op == LE:
         may_true = _unknown_is_true(pc.less_equal(lo, scalar))
-        may_false = _upper_reaches(bounds, scalar, value, strict=not weak)
+        if want_false:
+            may_false = _upper_reaches(bounds, scalar, value, strict=not weak)
     elif op == GT:
         may_true = _upper_reaches(bounds, scalar, value, strict=not weak)
-        may_false = _unknown_is_true(pc.less_equal(lo, scalar))
+        if want_false:
+            may_false = _unknown_is_true(pc.less_equal(lo, scalar))
     elif op == GE:
         may_true = _upper_reaches(bounds, scalar, value, strict=False)
-        may_false = _unknown_is_true(strict_lt(lo, scalar))
+        if want_false:
+            may_false = _unknown_is_true(strict_lt(lo, scalar))
     else:
         may_true = _and(
             _unknown_is_true(pc.less_equal(lo, scalar)),
             _upper_reaches(bounds, scalar, value, strict=False, for_equality=True),
         )
-        if bounds.exact and bounds.hi is not None:
+        if want_false and bounds.exact and bounds.hi is not None:
             all_equal = pc.and_(pc.equal(lo, scalar), pc.equal(bounds.hi, scalar))
             may_false = pc.invert(pc.fill_null(all_equal, False))
-        else:
-            may_false = True
+    if not want_false:
+        return _and(may_true, bounds.has_value), True
     return _and(may_true, bounds.has_value), _and(may_false, bounds.has_value)
 
 
