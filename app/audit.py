@@ -1,19 +1,19 @@
 """One audit record per authenticated request, written when its response has been sent.
 
-A pure ASGI middleware: it watches the response (status, `Delta-Table-Version`, the NDJSON
-lines of a query or change feed — lines after the protocol and metadata lines are files or
-actions, and the body bytes the connection took) and, once the response is over, hands an
-`AuditEvent` to the store writer (batched, off the request path) and to the
-`lakeshare.audit` JSON log. Body bytes count once the server has handed them to the
-connection and the client had not gone away, so a range request or an aborted download
-counts what was sent, not the file's size. Signed file downloads are attributed to the
-recipient the URL was signed for (`attribute_to`). A refused authentication (`refused`)
-leaves a record with its reason and the recipient it claimed when known, within the
-`RefusalBudget` per client address (the rest are counted in a metric, so a flood of bad
-credentials cannot flood the store). Other requests with no principal on `request.state`
-(health, metrics) leave no record. Nothing secret is
-recorded: the path parameters are names, the query string and headers other than the user
-agent are not read.
+The request middleware (app.middleware, one pass per request) watches the response
+(status, `Delta-Table-Version`, the NDJSON lines of a query or change feed — lines after the
+protocol and metadata lines are files or actions, and the body bytes the connection took)
+and, once the response is over, `AuditTrail.record` hands an `AuditEvent` to the store
+writer (batched, off the request path) and to the `lakeshare.audit` JSON log. Body bytes
+count once the server has handed them to the connection and the client had not gone away,
+so a range request or an aborted download counts what was sent, not the file's size. Signed
+file downloads are attributed to the recipient the URL was signed for (`attribute_to`). A
+refused authentication (`refused`) leaves a record with its reason and the recipient it
+claimed when known, within the `RefusalBudget` per client address (the rest are counted in
+a metric, so a flood of bad credentials cannot flood the store). Other requests with no
+principal on `request.state` (health, metrics) leave no record. Nothing secret is recorded:
+the path parameters are names, the query string and headers other than the user agent are
+not read.
 """
 
 from __future__ import annotations
@@ -23,17 +23,16 @@ import time
 from collections.abc import Callable
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from sharing.recipients.audit import AuditEvent, RefusalBudget
 from sharing.recipients.model import Principal
 from sharing.recipients.refusals import Refusal
 
-__all__ = ["AuditMiddleware", "attribute_to", "refused"]
+__all__ = ["AuditTrail", "attribute_to", "refused"]
 
 log = logging.getLogger("lakeshare.audit")
 
-_NDJSON = b"application/x-ndjson"
 _HEADER_LINES = 2  # protocol and metadata lines precede the files of a query response
 _NO_SHARES: frozenset[str] = frozenset()
 
@@ -51,65 +50,27 @@ def refused(request: Request, refusal: Refusal) -> None:
     request.state.refusal = refusal
 
 
-class AuditMiddleware:
+class AuditTrail:
+    """What the request middleware calls once a response is over (see the module doc)."""
+
     def __init__(
         self,
-        app: ASGIApp,
         *,
         refusals: RefusalBudget | None = None,
         on_unrecorded: Callable[[], None] | None = None,
     ) -> None:
         """`refusals` bounds the records of refused authentications (None: none recorded);
         `on_unrecorded` is called for each refusal left out."""
-        self.app = app
         self._refusals = refusals
         self._on_unrecorded = on_unrecorded
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-        version: str | None = None
-        ndjson = False
-        lines = 0
-        size = 0
-        gone = False
-
-        async def listen() -> Message:
-            nonlocal gone
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone = True
-            return message
-
-        async def watch(message: Message) -> None:
-            nonlocal status, version, ndjson, lines, size
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-                for key, value in message.get("headers", []):
-                    if key == b"delta-table-version":
-                        version = value.decode("latin-1")
-                    elif key == b"content-type":
-                        ndjson = value.startswith(_NDJSON)
-            elif message["type"] == "http.response.body":
-                body = message.get("body", b"")
-                if ndjson:
-                    lines += body.count(b"\n")
-                await send(message)  # returns once the connection took it (flow control)
-                if not gone:
-                    size += len(body)
-                return
-            await send(message)
-
-        try:
-            await self.app(scope, listen, watch)
-        finally:
-            self._record(scope, status, version, lines if ndjson else None, size)
-
-    def _record(
+    def record(
         self, scope: Scope, status: int, version: str | None, lines: int | None, size: int
     ) -> None:
+        """The record of the request `scope` whose response had `status`, the
+        `Delta-Table-Version` header `version`, `lines` NDJSON lines (None: not NDJSON) and
+        `size` body bytes the connection took; nothing for a request with no principal
+        that is not a refused authentication."""
         state = scope.get("state") or {}
         principal = state.get("principal")
         client = scope.get("client")

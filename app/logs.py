@@ -8,7 +8,9 @@ FastAPI copies the context into) is tagged with it without passing it around.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import logging
+import math
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +28,28 @@ _STANDARD_ATTRS = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
     | {"message", "asctime", "color_message"}  # uvicorn's ANSI-coloured duplicate
 )
+
+
+# A record's own attributes come first in its __dict__, then those passed through `extra=`.
+_FIRST_EXTRA = len(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
+_second: tuple[int, str] = (-1, "")  # the last second formatted, as "YYYY-MM-DDTHH:MM:SS"
+
+
+def _timestamp(created: float) -> str:
+    """`datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")`, with the
+    date and time of day formatted once per second (two log lines per request)."""
+    global _second
+    fraction, whole = math.modf(created)
+    micros = round(fraction * 1e6)  # datetime rounds to microseconds half-even, as round()
+    if micros >= 1_000_000:
+        whole += 1
+        micros -= 1_000_000
+    second, text = _second
+    if second != int(whole):
+        second = int(whole)
+        text = datetime.fromtimestamp(second, UTC).isoformat()[:19]
+        _second = (second, text)
+    return f"{text}.{micros // 1000:03d}+00:00"
 
 
 _URL_LOGGING_LIBRARIES = (
@@ -50,7 +74,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "ts": _timestamp(record.created),
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -58,7 +82,7 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None) or request_id_var.get()
         if request_id:
             entry["request_id"] = request_id
-        for key, value in vars(record).items():
+        for key, value in itertools.islice(vars(record).items(), _FIRST_EXTRA, None):
             if key not in _STANDARD_ATTRS and key not in entry:
                 entry[key] = value
         if record.exc_info:

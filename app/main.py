@@ -8,17 +8,17 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
 
-from app.audit import AuditMiddleware
+from app.audit import AuditTrail
 from app.auth import require_bearer_token
 from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware, gate_for
 from app.metrics import Metrics
-from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware, RequestTimeoutMiddleware
+from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
-from app.routing import authenticated_routes
+from app.routing import ProtocolApp, authenticated_routes
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
 from sharing.presign.local_verify import FileServer
@@ -53,7 +53,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """A ready-to-serve app for `config`; every route lives under `config.endpoint`."""
-    app = FastAPI(
+    app = ProtocolApp(
         title="Lakeshare",
         docs_url=None,
         redoc_url=None,
@@ -89,7 +89,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     authenticated = [Depends(require_bearer_token)]
     prefix = config.endpoint
     # The busiest routes skip FastAPI's per-request dependency solving (app.routing).
-    app.router.routes.extend(authenticated_routes(prefix, (*listing.ROUTES, *tables.ROUTES)))
+    app.add_protocol_routes(authenticated_routes(prefix, (*listing.ROUTES, *tables.ROUTES)))
     app.include_router(tables.router, prefix=prefix, dependencies=authenticated)
     app.include_router(credentials.router, prefix=prefix, dependencies=authenticated)
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
@@ -119,17 +119,16 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(
         LimitsMiddleware, config=config, gate=app.state.admission_gate, routes_admit=True
     )
-    app.add_middleware(RequestTimeoutMiddleware, timeout_seconds=config.request_timeout_seconds)
-    app.add_middleware(
-        AuditMiddleware,
-        refusals=RefusalBudget(config.store.failed_auth_audit_per_minute),
-        on_unrecorded=metrics.refusal_unrecorded if metrics is not None else None,
-    )
-    # Added last = outermost.
+    # Added last = outermost: request id, access log, metrics, timeout and audit in one pass.
     app.add_middleware(
         RequestContextMiddleware,
         observer=metrics,
         endpoint=config.endpoint,
         quiet_routes=health.QUIET_ROUTES | {config.metrics.path},
+        timeout_seconds=config.request_timeout_seconds,
+        audit=AuditTrail(
+            refusals=RefusalBudget(config.store.failed_auth_audit_per_minute),
+            on_unrecorded=metrics.refusal_unrecorded if metrics is not None else None,
+        ),
     )
     return app

@@ -1,8 +1,9 @@
-"""ASGI middleware: request ids, the access log, request metrics, the last-resort 500,
-and request timeouts.
+"""The request middleware: request ids, the access log, request metrics, the last-resort
+500, request timeouts and the audit record (app.audit), in one pass over each request.
 
 Written as plain ASGI (not BaseHTTPMiddleware) so streamed NDJSON bodies pass through
-untouched and without buffering.
+untouched and without buffering; one middleware rather than one per concern, because every
+layer costs a call and a wrapped `send` per message on every request.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import orjson
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.audit import AuditTrail
 from app.logs import request_id_var
 from app.responses import error_response
 
@@ -28,7 +30,6 @@ __all__ = [
     "RequestContextMiddleware",
     "RequestObserver",
     "RequestRecord",
-    "RequestTimeoutMiddleware",
 ]
 
 log = logging.getLogger("lakeshare.server")
@@ -50,9 +51,10 @@ _ERROR_BODY_LIMIT = 8192  # an error body is small; only its start is kept to re
 _FILE_ACTION_STARTS = (b'\n{"file":', b'\n{"add":', b'\n{"cdf":', b'\n{"remove":')
 _LONGEST_START = max(map(len, _FILE_ACTION_STARTS))
 _FILE_ACTIONS = tuple(start[1:] for start in _FILE_ACTION_STARTS)
+_AUDIT_NDJSON = b"application/x-ndjson"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 2.5x, per request
 class RequestRecord:
     """One answered request, as the access log and the metrics see it. `share`, `schema`
     and `table` are the route's path parameters (as the client wrote them), `route` the
@@ -171,7 +173,9 @@ def _param(params: dict[str, Any], name: str) -> str | None:
 
 
 class _Response:
-    """What the middleware saw of the response going out."""
+    """What the middleware saw of the response going out: for the access log and metrics
+    (`bytes_sent` as handed on), and for the audit record (`version`, `lines` of an NDJSON
+    body, `delivered`: bytes the connection took while the client was there)."""
 
     def __init__(self) -> None:
         self.status = 500
@@ -180,26 +184,38 @@ class _Response:
         self.files: _FileActionCounter | None = None
         self.error_body: bytearray | None = None
         self.aborted = False
+        self.version: str | None = None
+        self.lines: int | None = None
+        self.delivered = 0
+        self.gone = False  # the client disconnected
+        # The request's timeout while the app runs under it; the response's start disarms it.
+        self.deadline: asyncio.Timeout | None = None
 
     def start(self, message: Message) -> None:
         self.started = True
         self.status = message["status"]
         content_type = b""
         for key, value in message.get("headers", ()):
-            if key.lower() == b"content-type":
+            lowered = key.lower()
+            if lowered == b"content-type":
                 content_type = value.lower()
+                if key == b"content-type" and value.startswith(_AUDIT_NDJSON):
+                    self.lines = 0
+            elif key == b"delta-table-version":
+                self.version = value.decode("latin-1")
         if content_type.startswith(b"application/x-ndjson"):
             self.files = _FileActionCounter()
         elif self.status >= 400 and content_type.startswith(b"application/json"):
             self.error_body = bytearray()
 
-    def body(self, message: Message) -> None:
-        chunk = message.get("body", b"")
+    def body(self, chunk: bytes) -> None:
         self.bytes_sent += len(chunk)
         if self.files is not None:
             self.files.feed(chunk)
         elif self.error_body is not None and len(self.error_body) < _ERROR_BODY_LIMIT:
             self.error_body += chunk[:_ERROR_BODY_LIMIT]
+        if self.lines is not None:
+            self.lines += chunk.count(b"\n")
 
     def error_code(self) -> str | None:
         if self.error_body is None:
@@ -211,14 +227,20 @@ class _Response:
 
 class RequestContextMiddleware:
     """Tags each request with an id (client's `X-Request-Id` if sane, else a new one), echoes
-    it in the response, writes one access-log line, tells the observer (metrics), and turns
-    any unhandled exception into a generic JSON 500 — logged with its traceback, never shown
-    to the client.
+    it in the response, writes one access-log line, tells the observer (metrics), gives the
+    audit trail its record, answers 503 to a request whose response has not started within
+    `requestTimeoutSeconds`, and turns any unhandled exception into a generic JSON 500 —
+    logged with its traceback, never shown to the client.
 
     The access line names the route, share, schema and table (signed file URLs too), the
     client address and user agent, the recipient when authentication put one on
     `request.state.recipient`, status, body bytes, file actions sent and duration. It never
-    holds a token or a query string (signed URLs carry their signature there)."""
+    holds a token or a query string (signed URLs carry their signature there).
+
+    The timeout: a streamed response that has started is never cut (its first line goes
+    out early by design); work running in a worker thread cannot be interrupted and simply
+    finishes unobserved. The app runs in the request's own task under an `asyncio.timeout`
+    that the response's start disarms: one timer per request, no extra task or event."""
 
     def __init__(
         self,
@@ -226,15 +248,22 @@ class RequestContextMiddleware:
         observer: RequestObserver | None = None,
         endpoint: str = "",
         quiet_routes: frozenset[str] = frozenset(),
+        *,
+        timeout_seconds: float = 0,
+        audit: AuditTrail | None = None,
     ) -> None:
         """`endpoint`: the protocol prefix, which route templates of routers included
         under it may lack (FastAPI version dependent); logs and metrics show it.
         `quiet_routes`: routes whose successful requests are logged at DEBUG (probes and
-        scrapes every few seconds would bury the requests that matter)."""
+        scrapes every few seconds would bury the requests that matter).
+        `timeout_seconds`: `requestTimeoutSeconds` (0: none). `audit`: where the record of
+        each answered request goes (None: no audit trail)."""
         self.app = app
         self.observer = observer
         self.endpoint = endpoint
         self.quiet_routes = quiet_routes
+        self.timeout_seconds = timeout_seconds
+        self.audit = audit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -245,6 +274,7 @@ class RequestContextMiddleware:
         reset_token = request_id_var.set(request_id)
         response = _Response()
         begin = time.perf_counter()
+        deadline = asyncio.timeout(self.timeout_seconds) if self.timeout_seconds > 0 else None
 
         finished = False
 
@@ -254,25 +284,53 @@ class RequestContextMiddleware:
                 finished = True
                 self._finished(scope, request_id, response, time.perf_counter() - begin)
 
+        async def listen() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                response.gone = True
+            return message
+
         async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind == "http.response.body":
+                body = message.get("body", b"")
+                response.body(body)
+                if not message.get("more_body", False):
+                    # Logged and counted before the last bytes go out: a client that has
+                    # the whole response finds it in the log and the metrics.
+                    finish()
+                await send(message)  # returns once the connection took it (flow control)
+                if not response.gone:
+                    response.delivered += len(body)
+                return
+            if kind == "http.response.start":
                 headers = list(message.get("headers", ()))
                 message["headers"] = headers
                 if any(key.lower() == _REQUEST_ID_KEY for key, _ in headers):
                     MutableHeaders(scope=message)["X-Request-Id"] = request_id
                 else:
                     headers.append((_REQUEST_ID_KEY, request_id.encode("latin-1")))
+                running = response.deadline
+                if running is not None and not response.started and not running.expired():
+                    running.reschedule(None)
                 response.start(message)
-            elif message["type"] == "http.response.body":
-                response.body(message)
-                if not message.get("more_body", False):
-                    # Logged and counted before the last bytes go out: a client that has
-                    # the whole response finds it in the log and the metrics.
-                    finish()
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            try:
+                if deadline is None:
+                    await self.app(scope, listen, send_with_id)
+                else:
+                    await self._within(deadline, scope, listen, send_with_id, response)
+            finally:
+                if self.audit is not None:
+                    self.audit.record(
+                        scope,
+                        response.status,
+                        response.version,
+                        response.lines,
+                        response.delivered,
+                    )
         except Exception:
             log.exception(
                 "unhandled error serving %s %s",
@@ -291,6 +349,37 @@ class RequestContextMiddleware:
         finally:
             finish()
             request_id_var.reset(reset_token)
+
+    async def _within(
+        self,
+        deadline: asyncio.Timeout,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        response: _Response,
+    ) -> None:
+        """The app under `deadline`; a 503 when it expires before the response started."""
+        try:
+            response.deadline = deadline
+            async with deadline:
+                await self.app(scope, receive, send)
+            return
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the app's own, not the deadline
+            if response.started:
+                return  # the app started its response after all; nothing more to say
+        finally:
+            response.deadline = None  # one that has exited cannot be rescheduled
+        log.warning(
+            "request exceeded requestTimeoutSeconds=%s before responding", self.timeout_seconds
+        )
+        timed_out = error_response(
+            503,
+            "TEMPORARILY_UNAVAILABLE",
+            f"The request did not complete within {self.timeout_seconds:g} seconds.",
+        )
+        await timed_out(scope, receive, send)
 
     def _route_template(self, scope: Scope) -> str | None:
         template = getattr(scope.get("route"), "path", None)
@@ -359,51 +448,3 @@ class RequestContextMiddleware:
                 self.observer.request_finished(record)
             except Exception:  # metrics must never break serving
                 log.exception("recording request metrics failed")
-
-
-class RequestTimeoutMiddleware:
-    """`requestTimeoutSeconds`: a request that has not *started* its response in time gets a
-    503 JSON error. A streamed response that has started is never cut (its first line goes
-    out early by design); work running in a worker thread cannot be interrupted and simply
-    finishes unobserved.
-
-    The app runs in the request's own task under an `asyncio.timeout` that the response's
-    start disarms: one timer per request, no extra task or event."""
-
-    def __init__(self, app: ASGIApp, timeout_seconds: float) -> None:
-        self.app = app
-        self.timeout_seconds = timeout_seconds
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.timeout_seconds <= 0:
-            await self.app(scope, receive, send)
-            return
-        started = False
-        deadline = asyncio.timeout(self.timeout_seconds)
-
-        async def send_marking_start(message: Message) -> None:
-            nonlocal started
-            if not started and message["type"] == "http.response.start":
-                started = True
-                if not deadline.expired():
-                    deadline.reschedule(None)
-            await send(message)
-
-        try:
-            async with deadline:
-                await self.app(scope, receive, send_marking_start)
-            return
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the app's own, not the deadline
-            if started:
-                return  # the app started its response after all; nothing more to say
-        log.warning(
-            "request exceeded requestTimeoutSeconds=%s before responding", self.timeout_seconds
-        )
-        response = error_response(
-            503,
-            "TEMPORARILY_UNAVAILABLE",
-            f"The request did not complete within {self.timeout_seconds:g} seconds.",
-        )
-        await response(scope, receive, send)

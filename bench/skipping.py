@@ -3,20 +3,20 @@
 Builds an ADD_SCHEMA files table in memory (partitioned by `date` and `region`, stats JSON
 for four columns, held packed as a snapshot loaded in memory holds it, and the same
 statistics typed as the `stats_parsed` column a snapshot loaded from a checkpoint written
-with `delta.checkpoint.writeStatsAsStruct` carries) and
-times `select_files` (what the query path runs: the kept files as row indices, taken
-batch by batch only as the response is written) for a partition predicate and for a
-stats predicate — the latter cold on a never-queried snapshot (typed statistics read as
-they are; JSON-only statistics parsed for the referenced column, the baseline; JSON-only
-statistics typed once, as the server's snapshot store writes them for every worker and
-restart to map; for an integer and for a timestamp column) and warm (parsed columns
-cached), next to `filter_files` (the same selection copied out as a table, as the query
-path did before) — plus `apply_limit`, against a naive per-file Python evaluation
-(orjson.loads per stats string, Python comparisons) over the same data. For a snapshot
-reloaded afresh (new buffers, as after a table-cache eviction), the background warm-up a
-server starts on loading it (StatsWarmer, parsing the columns queried on the previous
-snapshot: here `id`) is timed three ways: how long it runs, a query sent at the moment
-of loading (it joins the warm-up in flight), and one sent after it finished.
+with `delta.checkpoint.writeStatsAsStruct` carries) and times `select_files` (what the
+query path runs: the kept files as row indices, taken batch by batch only as the response
+is written) for a partition predicate (cold, and with the snapshot's partition codes
+cached) and for a stats predicate — the latter cold on a never-queried snapshot (typed
+statistics read as they are; JSON-only statistics parsed for the referenced column, the
+baseline; JSON-only statistics typed once, as the server's snapshot store writes them for
+every worker and restart to map; for an integer and for a timestamp column) and warm
+(parsed columns cached), next to `filter_files` (the same selection copied out as a table,
+as the query path did before) — plus `apply_limit`, against a naive per-file Python
+evaluation (orjson.loads per stats string, Python comparisons) over the same data. For a
+snapshot reloaded afresh (new buffers, as after a table-cache eviction), the background
+warm-up a server starts on loading it (StatsWarmer, parsing the columns queried on the
+previous snapshot: here `id`) is timed three ways: how long it runs, a query sent at the
+moment of loading (it joins the warm-up in flight), and one sent after it finished.
 
     .venv/bin/python bench/skipping.py [--files N] [--repeat R]
 """
@@ -39,6 +39,7 @@ from deltalog.actions import ADD_SCHEMA, STATS_PARSED, STRING_MAP, Metadata
 from deltalog.json_stats import stats_type, typed_stats
 from deltalog.packed_stats import can_pack, pack_adds
 from sharing.skipping import StatsCache, apply_limit, filter_files, select_files
+from sharing.skipping.partition_codes import DEFAULT_PARTITION_CODES
 from sharing.skipping.warm import StatsWarmer
 
 REGIONS = ["us-east", "us-west", "eu-central", "eu-west", "ap-south", "ap-east", "sa", "af"]
@@ -171,6 +172,12 @@ def kept_count(result: Result) -> str:
     return "all" if result is None else f"{len(result):,}"
 
 
+def cold() -> StatsCache:
+    """Nothing cached: no parsed statistics, no partition codes."""
+    DEFAULT_PARTITION_CODES.clear()
+    return StatsCache()
+
+
 def timed(label: str, fn: Callable[[], Result], repeat: int) -> None:
     best = float("inf")
     result: Result = 0
@@ -285,19 +292,25 @@ def main() -> None:
     print(f"\n{args.files:,} files, best of {args.repeat}")
     timed(
         "partition predicate (JSON: date = d AND region = r)",
-        lambda: run(partition_hint, None, StatsCache()),
+        lambda: run(partition_hint, None, cold()),
         args.repeat,
     )
     sql = [f"date = '{day}'", "region = 'eu-west'"]
-    timed("partition predicate (SQL hints)", lambda: run(None, sql, StatsCache()), args.repeat)
+    timed("partition predicate (SQL hints)", lambda: run(None, sql, cold()), args.repeat)
+    run(partition_hint, None, cold())
+    timed(
+        "partition predicate, warm (partition codes cached)",
+        lambda: run(partition_hint, None, StatsCache()),
+        args.repeat,
+    )
     timed(
         "stats predicate (id = v), cold, typed stats (stats_parsed)",
-        lambda: run_on(typed_files, stats_hint, StatsCache()),
+        lambda: run_on(typed_files, stats_hint, cold()),
         args.repeat,
     )
     timed(
         "  same, cold, JSON stats only: parsed (baseline)",
-        lambda: run(stats_hint, None, StatsCache()),
+        lambda: run(stats_hint, None, cold()),
         args.repeat,
     )
     # What a snapshot store with typed_stats (the server's) writes for JSON-only
@@ -310,7 +323,7 @@ def main() -> None:
     store_typed = text.append_column(pa.field(STATS_PARSED, struct), json_typed)
     timed(
         "  same, cold, JSON stats typed once by the snapshot store",
-        lambda: run_on(store_typed, stats_hint, StatsCache()),
+        lambda: run_on(store_typed, stats_hint, cold()),
         args.repeat,
     )
     print(
@@ -322,22 +335,22 @@ def main() -> None:
     )
     timed(
         "partition AND stats predicate, cold (candidates' stats only)",
-        lambda: run(both_hint, None, StatsCache()),
+        lambda: run(both_hint, None, cold()),
         args.repeat,
     )
     timed(
         "stats predicate (ts > t), cold, typed stats",
-        lambda: run_on(typed_files, ts_hint, StatsCache()),
+        lambda: run_on(typed_files, ts_hint, cold()),
         args.repeat,
     )
     timed(
         "  same, cold, JSON stats only: parsed (baseline)",
-        lambda: run(ts_hint, None, StatsCache()),
+        lambda: run(ts_hint, None, cold()),
         args.repeat,
     )
     timed(
         "  same, cold, JSON stats typed once by the snapshot store",
-        lambda: run_on(store_typed, ts_hint, StatsCache()),
+        lambda: run_on(store_typed, ts_hint, cold()),
         args.repeat,
     )
 
@@ -355,15 +368,15 @@ def main() -> None:
 
     timed(
         "  same, typed, kept rows copied (filter_files, before)",
-        lambda: copied(typed_files, ts_hint, StatsCache()),
+        lambda: copied(typed_files, ts_hint, cold()),
         args.repeat,
     )
     timed(
         "  same, store-typed, kept rows copied (filter_files, before)",
-        lambda: copied(store_typed, ts_hint, StatsCache()),
+        lambda: copied(store_typed, ts_hint, cold()),
         args.repeat,
     )
-    warm = StatsCache()
+    warm = cold()
     run(stats_hint, None, warm)
     timed(
         "stats predicate (id = v), warm: parsed stats cached",
@@ -394,7 +407,7 @@ def main() -> None:
 
     def queried_before() -> StatsCache:
         """A cache holding what the `id` query on the previous snapshot parsed."""
-        cache = StatsCache()
+        cache = cold()
         run(stats_hint, None, cache)
         return cache
 
@@ -442,7 +455,7 @@ def main() -> None:
     )
     timed(
         "stats predicate, no warmer (cold, as before)",
-        lambda: run_on(reloaded, stats_hint, StatsCache()),
+        lambda: run_on(reloaded, stats_hint, cold()),
         args.repeat,
     )
     print()

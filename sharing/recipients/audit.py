@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Dialect, delete, insert, select
 
 from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.store import Store
@@ -27,7 +27,7 @@ __all__ = ["AuditEvent", "RefusalBudget", "delete_older_than", "insert_events", 
 log = logging.getLogger("lakeshare.audit")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 2.5x, per request
 class AuditEvent:
     at: int
     operation: str
@@ -94,11 +94,35 @@ class RefusalBudget:
         return self._by_address.take(address) and self._total.take(None)
 
 
+_ROW_KEYS = tuple(column.name for column in t.audit_events.columns if column.name != "id")
+_INSERTS: dict[Dialect, tuple[str, tuple[str, ...] | None]] = {}
+
+
+def _insert_for(dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
+    """The INSERT of one audit row as `dialect` writes it, and the order of its positional
+    parameters (None: named ones), compiled once per store."""
+    found = _INSERTS.get(dialect)
+    if found is None:
+        compiled = insert(t.audit_events).compile(dialect=dialect, column_keys=list(_ROW_KEYS))
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
+        found = _INSERTS[dialect] = (str(compiled), order)
+    return found
+
+
 def insert_events(store: Store, events: Iterable[AuditEvent]) -> None:
+    """Insert a batch of records: the statement SQLAlchemy compiled for the store's dialect,
+    run by the driver's executemany (the rows need no type processing: integers and
+    strings), at about half the cost per row of `Connection.execute(insert(...), rows)`."""
     rows = [event.to_row() for event in events]
     if rows:
         with store.write() as connection:
-            connection.execute(insert(t.audit_events), rows)
+            statement, order = _insert_for(connection.dialect)
+            if order is None:
+                connection.exec_driver_sql(statement, rows)
+            else:
+                connection.exec_driver_sql(
+                    statement, [tuple(row[key] for key in order) for row in rows]
+                )
 
 
 def delete_older_than(store: Store, days: int) -> int:

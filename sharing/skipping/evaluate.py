@@ -19,7 +19,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -67,6 +66,13 @@ from sharing.skipping.expr import (
 )
 from sharing.skipping.file_stats import file_stats, stats_ready
 from sharing.skipping.json_predicate import parse_json_predicate
+from sharing.skipping.partition_codes import (
+    DEFAULT_PARTITION_CODES,
+    PartitionCodes,
+    encoded,
+    joined,
+    map_lookup,
+)
 from sharing.skipping.sql_predicate import parse_sql_predicate
 from sharing.skipping.stats import (
     DEFAULT_CACHE,
@@ -223,7 +229,7 @@ def _candidates_first(files: pa.Table, resolver: Resolver, predicate: Expr) -> M
         return None
     if candidates == 0:
         return coarse
-    subset = _Evaluator(files.filter(coarse), resolver, None)
+    subset = _Evaluator(files.filter(coarse), resolver, None, partitions=None)  # a copy
     subset.prepare(predicate)
     fine, _ = subset.evaluate(predicate)
     if isinstance(fine, bool):
@@ -283,6 +289,7 @@ class _Evaluator:
         cache: StatsCache | None,
         *,
         data_columns: bool = True,
+        partitions: PartitionCodes | None = DEFAULT_PARTITION_CODES,
     ) -> None:
         """`cache` None parses statistics without caching them; `data_columns` False
         treats every data column as unknown (a partition-only pass)."""
@@ -294,7 +301,7 @@ class _Evaluator:
         self._resolved: dict[Column, ResolvedColumn | str] = {}
         self._stats: FileStats | None = None
         self._bounds: dict[tuple[Any, ...], Bounds | None] = {}
-        self._partition_values: pa.Array | None = None
+        self.partitions = partitions
         self._partition_raw: dict[str, pa.DictionaryArray] = {}
 
     # tree ------------------------------------------------------------------------------
@@ -388,8 +395,17 @@ class _Evaluator:
         key = column.physical_path[0]
         found = self._partition_raw.get(key)
         if found is None:
-            found = self._partition_raw[key] = _encoded(map_lookup(self.partition_values(), key))
+            values = self.files.column("partitionValues")
+            chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+            parts = [self._codes(chunk, key) for chunk in chunks if len(chunk)]
+            found = joined(parts) if parts else encoded(pa.array([], pa.string()))
+            self._partition_raw[key] = found
         return found
+
+    def _codes(self, maps: pa.Array, key: str) -> pa.DictionaryArray:
+        if self.partitions is None:
+            return encoded(map_lookup(maps, key))
+        return self.partitions.get(maps, key)
 
     def per_file(self, column: ResolvedColumn, masks: Masks) -> Masks:
         """Masks over a partition column's dictionary values as masks over the files."""
@@ -408,15 +424,6 @@ class _Evaluator:
         stats = self.stats()
         request = stats_request(column)
         return stats_bounds(stats.columns[request], stats.num_records, column, domain)
-
-    def partition_values(self) -> pa.Array:
-        """The partitionValues maps as one array (a single chunk as it is, not copied)."""
-        if self._partition_values is None:
-            values = self.files.column("partitionValues")
-            if isinstance(values, pa.ChunkedArray):
-                values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
-            self._partition_values = values
-        return self._partition_values
 
     def stats(self) -> FileStats:
         """Stats of every data column the predicate mentions, parsed in one pass."""
@@ -439,43 +446,6 @@ class _Evaluator:
         if not requests:
             return
         self._stats = file_stats(self.files, requests, self.cache)
-
-
-def map_lookup(maps: pa.MapArray, key: str) -> pa.Array:
-    """The value under `key` in each map (null when absent), like `pc.map_lookup(...,
-    "first")` but an order of magnitude faster in the usual case where every file's
-    partitionValues holds each key once: one vectorised match over all keys, checked to
-    fall inside its own map."""
-    n = len(maps)
-    if n and maps.null_count == 0:
-        offsets = maps.offsets
-        base, end = offsets[0].as_py(), offsets[n].as_py()
-        keys = maps.keys.slice(base, end - base)
-        matches = pc.indices_nonzero(pc.equal(keys, key))
-        if len(matches) == n:
-            matches = pc.add(pc.cast(matches, pa.int32()), base)
-            starts, ends = offsets.slice(0, n), offsets.slice(1, n)
-            inside = pc.and_(pc.greater_equal(matches, starts), pc.less(matches, ends))
-            if pc.all(inside).as_py():
-                return maps.items.take(matches)
-    return pc.map_lookup(maps, pa.scalar(key), "first")
-
-
-def _encoded(values: pa.Array) -> pa.DictionaryArray:
-    """`values` dictionary-encoded with nulls as a dictionary value (no null index). A
-    dictionary already there may hold other keys' values too: only the used ones stay."""
-    if not pa.types.is_dictionary(values.type):
-        encoded: pa.DictionaryArray = pc.dictionary_encode(values, null_encoding="encode")
-        return encoded
-    used = pc.unique(values.indices).drop_null()
-    dictionary = values.dictionary.take(used)
-    position = np.zeros(len(values.dictionary), np.int32)
-    position[used.to_numpy()] = np.arange(len(used), dtype=np.int32)
-    indices = pa.array(position).take(values.indices)
-    if indices.null_count:
-        dictionary = pa.concat_arrays([dictionary, pa.nulls(1, dictionary.type)])
-        indices = pc.fill_null(indices, len(used))
-    return pa.DictionaryArray.from_arrays(indices, dictionary)
 
 
 def _compare_bounds(bounds: Bounds, op: str, scalar: pa.Scalar, value: Any, *, weak: bool) -> Masks:

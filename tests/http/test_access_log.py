@@ -6,6 +6,7 @@ never a token, a signature or a signed URL's query string, in any log line."""
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -227,3 +228,25 @@ def test_stream_cut_short_is_marked_aborted(caplog: pytest.LogCaptureFixture) ->
     line = _access(caplog, "req-cut")
     assert line["status"] == 200 and line["aborted"] is True and line["files"] == 0
     assert 'lakeshare_http_aborted_responses_total{route="/broken"} 1.0' in scraped
+
+
+def test_a_request_refused_before_routing_names_no_route(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A query whose declared body is over the limit is refused (413) before any route runs,
+    whether its path is served directly (app.routing.ProtocolApp) or not: its line names
+    neither a route nor the table, like a refused metadata request on FastAPI's path."""
+    caplog.set_level(logging.INFO)
+    url = httpx.URL(server.url("/shares/sales/schemas/eu/tables/orders"))
+    for name, method, path in (("direct", "POST", "/query"), ("routed", "GET", "/metadata")):
+        request_id = f"req-413-{name}"
+        head = (
+            f"{method} {url.path}{path} HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+            f"Authorization: Bearer {TEST_BEARER_TOKEN}\r\nX-Request-Id: {request_id}\r\n"
+            "Content-Length: 1000000000\r\n\r\n"
+        )
+        with socket.create_connection((url.host, url.port), timeout=10) as sock:
+            sock.sendall(head.encode("latin-1"))  # the body is never sent
+            assert sock.recv(65536).startswith(b"HTTP/1.1 413 ")
+        line = _access(caplog, request_id)
+        assert line["route"] is None and "table" not in line, line

@@ -12,6 +12,7 @@ import pytest
 
 from deltalog.actions import ADD_SCHEMA, STRING_MAP, Metadata
 from sharing.skipping import StatsCache, select_files
+from sharing.skipping.partition_codes import DEFAULT_PARTITION_CODES, PartitionCodes
 
 METADATA = Metadata.from_action(
     {
@@ -124,3 +125,48 @@ def test_partition_predicates_keep_what_the_oracle_keeps(dictionary: bool, chunk
         )
         kept = list(range(90)) if rows is None else rows.to_pylist()
         assert kept == [i for i in range(90) if _oracle(i, keep)], predicate
+
+
+def test_partition_codes_are_cached_per_chunk_and_key() -> None:
+    files = _files(60, dictionary=False, chunk=25)
+    codes = PartitionCodes()
+    maps = files.column("partitionValues").chunks
+    first = codes.get(maps[0], "day")
+    assert codes.get(maps[0], "day") is first
+    assert len(codes) == 1
+    codes.get(maps[0], "n")
+    codes.get(maps[1], "day")
+    assert len(codes) == 3
+    # The same values in other buffers (a copy) are another entry, equal in content.
+    copy = pa.concat_arrays([maps[0]])
+    assert codes.get(copy, "day") is not first
+    assert codes.get(copy, "day").to_pylist() == first.to_pylist() == days_of(range(25))
+    # Bounded by files held: the oldest entries go first.
+    small = PartitionCodes(max_files=50)
+    for chunk in maps:
+        small.get(chunk, "day")
+    assert len(small) == 2
+
+
+def days_of(indices: range) -> list[str | None]:
+    return [DAYS[i % len(DAYS)] for i in indices]
+
+
+def test_a_warm_partition_predicate_uses_the_cached_codes() -> None:
+    files = _files(90, dictionary=False, chunk=40)
+    predicate, keep = PREDICATES[1]
+    before = len(DEFAULT_PARTITION_CODES)
+    results = [
+        select_files(
+            files,
+            METADATA,
+            json_hints=json.dumps(predicate),
+            sql_hints=None,
+            evaluate_json=True,
+            evaluate_sql=False,
+        )
+        for _ in range(2)
+    ]
+    assert len(DEFAULT_PARTITION_CODES) == before + 3  # three chunks, one key
+    expected = [i for i in range(90) if _oracle(i, keep)]
+    assert [r.to_pylist() for r in results if r is not None] == [expected, expected]
