@@ -11,9 +11,9 @@ reader turns whatever rows it holds back into the exact strings with `stats_text
 decompressing only the blocks those rows use.
 
 Layout (PACKED_STATS): a struct, null where the file has no stats, of
-- `block`: dictionary-encoded binary, one dictionary value per block:
-  [rows: u32][offsets length: u32][text length: u32], the block's string offsets (from 0)
-  compressed, then its text compressed;
+- `block`: dictionary-encoded binary, one dictionary value per block: a header
+  [rows: u32][size of the compressed offsets: u32][size of the text: u32], then the
+  block's string offsets (from 0) compressed, then its text compressed;
 - `row`: the row's place in its block.
 
 A snapshot mapped from a snapshot store keeps plain strings (the store file is shared
@@ -36,8 +36,7 @@ PACKED_STATS = pa.struct(
     ]
 )
 _HEADER = struct.Struct("<III")
-_CODEC_NAME = "zstd"
-_CODEC = pa.Codec(_CODEC_NAME, compression_level=1) if pa.Codec.is_available("zstd") else None
+_CODEC = pa.Codec("zstd", compression_level=1) if pa.Codec.is_available("zstd") else None
 
 
 def is_packed(data_type: pa.DataType) -> bool:
@@ -96,11 +95,11 @@ def concat_batches(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
     are packed afresh: concatenating them as they are would unify the batches' block
     dictionaries, keeping every block each of them refers to (also blocks of rows long
     filtered out), so chunks merged again and again by refreshes would grow."""
-    index = batches[0].schema.get_field_index("stats")
-    if index < 0 or not is_packed(batches[0].schema.field(index).type):
-        return pa.concat_batches(batches)
-    merged = pa.concat_batches([text_batch(b) for b in batches])
-    packed = pack_stats(merged.column(index))
+    merged = pa.concat_batches(batches)
+    index = merged.schema.get_field_index("stats")
+    if index < 0 or not is_packed(merged.schema.field(index).type):
+        return merged
+    packed = pack_stats(_unpacked(merged.column(index)))
     return merged.set_column(index, pa.field("stats", PACKED_STATS), packed)
 
 
