@@ -69,6 +69,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._awaiting_head = True  # between requests or inside a header section
+        self._head_pending = False  # bytes of a head that is not complete have arrived
         self._unparsed_head_bytes = 0  # bytes fed since the current head began
         self._head_bytes = 0  # request line + header fields of the current head
         self._header_count = 0
@@ -114,10 +115,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         if self._awaiting_head:
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(
-                    self.limits.header_read_timeout_seconds, self._head_timed_out
-                )
+            self._head_pending = True
             self._unparsed_head_bytes += len(data)
         try:
             self.parser.feed_data(data)
@@ -138,6 +136,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             # A head still incomplete after more bytes than it may hold: whatever part of it
             # the parser buffered is bounded by this one read.
             self._refuse_head_too_large()
+            return
+        # The timers start when the read that brought a head's first bytes (or completed a
+        # head) ends with it (or its body) incomplete: a whole request in one read, the
+        # usual case, arms and cancels none.
+        if self._head_pending and self._head_timer is None:
+            self._head_timer = self.loop.call_later(
+                self.limits.header_read_timeout_seconds, self._head_timed_out
+            )
+        elif not self._awaiting_head and self._body_timer is None:
+            self._body_timer = self.loop.call_later(
+                self.limits.body_read_timeout_seconds, self._body_timed_out
+            )
 
     # --- parser callbacks --------------------------------------------------------------
 
@@ -145,6 +155,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._head_bytes = 0
         self._header_count = 0
+        self._head_pending = True
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)
@@ -174,14 +185,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._awaiting_head = False
+        self._head_pending = False
         self._unparsed_head_bytes = 0
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        self._body_timer = self.loop.call_later(
-            self.limits.body_read_timeout_seconds, self._body_timed_out
-        )
-        super().on_headers_complete()
+        super().on_headers_complete()  # the body timer: at the end of this read, if needed
 
     def on_message_complete(self) -> None:
         if self._body_timer is not None:
