@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -108,21 +109,28 @@ def _oracle(i: int, keep: object) -> bool:
     )
 
 
+def _select(
+    files: pa.Table, predicate: dict[str, Any], stats_cache: StatsCache | None = None
+) -> pa.Array | None:
+    """The files a JSON predicate hint keeps (None: all of them)."""
+    return select_files(
+        files,
+        METADATA,
+        json_hints=json.dumps(predicate),
+        sql_hints=None,
+        evaluate_json=True,
+        evaluate_sql=False,
+        stats_cache=stats_cache,
+    )
+
+
 @pytest.mark.parametrize("dictionary", [False, True])
 @pytest.mark.parametrize("chunk", [13, 1000])
 def test_partition_predicates_keep_what_the_oracle_keeps(dictionary: bool, chunk: int) -> None:
     files = _files(90, dictionary, chunk)
     assert files.schema.field("partitionValues").type != STRING_MAP or not dictionary
     for predicate, keep in PREDICATES:
-        rows = select_files(
-            files,
-            METADATA,
-            json_hints=json.dumps(predicate),
-            sql_hints=None,
-            evaluate_json=True,
-            evaluate_sql=False,
-            stats_cache=StatsCache(),
-        )
+        rows = _select(files, predicate, StatsCache())
         kept = list(range(90)) if rows is None else rows.to_pylist()
         assert kept == [i for i in range(90) if _oracle(i, keep)], predicate
 
@@ -156,17 +164,7 @@ def test_a_warm_partition_predicate_uses_the_cached_codes() -> None:
     files = _files(90, dictionary=False, chunk=40)
     predicate, keep = PREDICATES[1]
     before = len(DEFAULT_PARTITION_CODES)
-    results = [
-        select_files(
-            files,
-            METADATA,
-            json_hints=json.dumps(predicate),
-            sql_hints=None,
-            evaluate_json=True,
-            evaluate_sql=False,
-        )
-        for _ in range(2)
-    ]
+    results = [_select(files, predicate) for _ in range(2)]
     assert len(DEFAULT_PARTITION_CODES) == before + 3  # three chunks, one key
     expected = [i for i in range(90) if _oracle(i, keep)]
     assert [r.to_pylist() for r in results if r is not None] == [expected, expected]
