@@ -5,7 +5,6 @@ request on an unknown table is a 400), then hands it to the planner."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -23,7 +22,6 @@ from app.deps import (
     base_url,
     file_id_hash,
     get_async_queries,
-    get_catalog,
     get_config,
     get_planner,
     request_capabilities,
@@ -33,13 +31,7 @@ from app.limits import admit, check_query_fields
 from app.responses import NDJSON, VERSION_HEADER, query_headers
 from app.routes import queries
 from app.routing import RouteSpec
-from sharing.catalog import Catalog
-from sharing.config import ServerConfig
-from sharing.presign import UrlHolder
 from sharing.query import capabilities
-from sharing.query.async_service import AsyncQueryService
-from sharing.query.capabilities import Capabilities
-from sharing.query.planner import Planner
 from sharing.query.request import (
     ChangesInputs,
     QueryInputs,
@@ -107,52 +99,28 @@ async def get_metadata(
     return Response(content=planned.head, media_type=NDJSON, headers=headers)
 
 
-@dataclass(frozen=True, slots=True)
-class _QueryRequest:
-    caps: Capabilities
-    id_hash: str | None
-    config: ServerConfig
-    catalog: Catalog
-    planner: Planner
-    async_queries: AsyncQueryService
-    base_url: str
-    holder: UrlHolder
-
-
-async def _query_request(request: Request) -> _QueryRequest:
-    """The query route's inputs as one dependency (FastAPI's cost is per declared input,
-    and a small query is otherwise cheap), read in the order the route declared them
-    before: a bad header is reported before anything else."""
-    return _QueryRequest(
-        caps=await request_capabilities(request),
-        id_hash=await file_id_hash(request),
-        config=await get_config(request),
-        catalog=await get_catalog(request),
-        planner=await get_planner(request),
-        async_queries=await get_async_queries(request),
-        base_url=await base_url(request),
-        holder=await url_holder(request.state.principal),
-    )
-
-
 async def query_table(request: Request) -> Response:
-    asked = await _query_request(request)
-    caps, id_hash, config, planner = asked.caps, asked.id_hash, asked.config, asked.planner
-    base_url, holder, path = asked.base_url, asked.holder, request.path_params
+    # The headers first: a bad one is reported before anything else.
+    caps = await request_capabilities(request)
+    id_hash = await file_id_hash(request)
+    config, planner = await get_config(request), await get_planner(request)
+    base, holder = await base_url(request), await url_holder(request.state.principal)
+    path = request.path_params
     body = parse_body(await request.body())
     check_query_fields(config.limits, body)
     validate(body, caps)
-    shared = asked.catalog.get_table(path["share"], path["schema"], path["table"])
+    shared = catalog_for(request).get_table(path["share"], path["schema"], path["table"])
     inputs = QueryInputs(shared, body, caps, id_hash)
     if caps.async_query:
         await admit(request)
-        return await queries.submit(asked.async_queries, planner, base_url, holder, inputs)
+        async_queries = await get_async_queries(request)
+        return await queries.submit(async_queries, planner, base, holder, inputs)
     # A small query on a fresh, cached table version is answered here, without I/O; any
     # other is planned (and, when small, rendered) in a worker thread.
-    ready = planner.query_ready(inputs, base_url, holder)
+    ready = planner.query_ready(inputs, base, holder)
     if ready is None:
         await admit(request)
-        plan, content = await run_in_threadpool(planner.query_response, inputs, base_url, holder)
+        plan, content = await run_in_threadpool(planner.query_response, inputs, base, holder)
     else:
         plan, content = ready
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
