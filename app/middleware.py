@@ -51,7 +51,6 @@ _ERROR_BODY_LIMIT = 8192  # an error body is small; only its start is kept to re
 _FILE_ACTION_STARTS = (b'\n{"file":', b'\n{"add":', b'\n{"cdf":', b'\n{"remove":')
 _LONGEST_START = max(map(len, _FILE_ACTION_STARTS))
 _FILE_ACTIONS = tuple(start[1:] for start in _FILE_ACTION_STARTS)
-_AUDIT_NDJSON = b"application/x-ndjson"
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs 2.5x, per request
@@ -199,12 +198,11 @@ class _Response:
             lowered = key.lower()
             if lowered == b"content-type":
                 content_type = value.lower()
-                if key == b"content-type" and value.startswith(_AUDIT_NDJSON):
-                    self.lines = 0
             elif key == b"delta-table-version":
                 self.version = value.decode("latin-1")
         if content_type.startswith(b"application/x-ndjson"):
             self.files = _FileActionCounter()
+            self.lines = 0  # NDJSON lines, for the audit record
         elif self.status >= 400 and content_type.startswith(b"application/json"):
             self.error_body = bytearray()
 
