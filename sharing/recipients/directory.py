@@ -69,9 +69,9 @@ __all__ = [
 log = logging.getLogger("lakeshare.recipients")
 
 BEARER_TOKEN_RECIPIENT = "_bearer_token"
-# Who the audit trail names for the admin API's requests (no recipient can be called so).
-ADMIN_RECIPIENT = "_admin"
 """The recipient `authorization.bearerToken` stands for (a name the CLI cannot create)."""
+ADMIN_RECIPIENT = "_admin"
+"""Who the audit trail names for the admin API's requests (no recipient can be called so)."""
 
 DEFAULT_CACHE_SECONDS = 2.0
 _MAX_HEADER_CHARS = 8192
