@@ -8,9 +8,11 @@ writer (batched, off the request path) and to the `lakeshare.audit` JSON log. Bo
 count once the server has handed them to the connection and the client had not gone away,
 so a range request or an aborted download counts what was sent, not the file's size. Signed
 file downloads are attributed to the recipient the URL was signed for (`attribute_to`). A
-refused authentication (`refused`) leaves a record with its reason and the recipient it
-claimed when known, within the `RefusalBudget` per client address (the rest are counted in
-a metric, so a flood of bad credentials cannot flood the store). Other requests with no
+refused authentication (`refused`) leaves a record with its reason, the recipient and
+credential the server verified (a revoked credential's, a disabled recipient's, an expired
+URL's) and, apart, those the request only claimed (see `sharing.recipients.refusals`),
+within the `RefusalBudget` per client address (the rest are counted in a metric, so a flood
+of bad credentials cannot flood the store). Other requests with no
 principal on `request.state` (health, metrics) leave no record. Nothing secret is recorded:
 the path parameters are names, the query string and headers other than the user agent are
 not read.
@@ -77,6 +79,7 @@ class AuditTrail:
         address = client[0] if client else None
         refusal: Refusal | None = None
         who: tuple[str | None, str | None]
+        claimed: tuple[str | None, str | None] = (None, None)
         if isinstance(principal, Principal):
             who = (principal.recipient, principal.credential_id)
         else:
@@ -88,6 +91,7 @@ class AuditTrail:
                     self._on_unrecorded()
                 return
             who = (refusal.recipient, refusal.credential_id)
+            claimed = (refusal.claimed_recipient, refusal.claimed_credential_id)
         app = scope.get("app")
         recipients = getattr(getattr(app, "state", None), "recipients", None)
         params = scope.get("path_params") or {}
@@ -112,6 +116,8 @@ class AuditTrail:
             bytes=size if params.get("table") and refusal is None else None,
             request_id=state.get("request_id"),
             reason=refusal.reason.value if refusal is not None else None,
+            claimed_recipient=claimed[0],
+            claimed_credential_id=claimed[1],
         )
         log.info("audit", extra={"audit": event.to_json()})
         writer = getattr(recipients, "writer", None)
