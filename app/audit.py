@@ -30,6 +30,7 @@ from starlette.types import Scope
 from sharing.recipients.audit import AuditEvent, RefusalBudget
 from sharing.recipients.model import Principal
 from sharing.recipients.refusals import Refusal
+from sharing.store.values import bounded_text
 
 __all__ = ["AuditTrail", "attribute_to", "refused"]
 
@@ -37,6 +38,7 @@ log = logging.getLogger("lakeshare.audit")
 
 _HEADER_LINES = 2  # protocol and metadata lines precede the files of a query response
 _NO_SHARES: frozenset[str] = frozenset()
+_USER_AGENT_CHARS = 500  # the column's length (sharing.store.schema)
 
 
 def attribute_to(request: Request, recipient: str, credential_id: str | None) -> None:
@@ -50,6 +52,14 @@ def attribute_to(request: Request, recipient: str, credential_id: str | None) ->
 def refused(request: Request, refusal: Refusal) -> None:
     """Mark a request as a refused authentication, for its audit record."""
     request.state.refusal = refusal
+
+
+def _user_agent(raw: bytes) -> str | None:
+    """The request's user agent, cut (with the store's marker) to what the record keeps."""
+    if not raw:
+        return None
+    agent = raw.decode("latin-1")
+    return agent if len(agent) <= _USER_AGENT_CHARS else bounded_text(agent, _USER_AGENT_CHARS)
 
 
 class AuditTrail:
@@ -106,7 +116,7 @@ class AuditTrail:
             recipient=who[0],
             credential_id=who[1],
             client=address,
-            user_agent=headers.get(b"user-agent", b"").decode("latin-1")[:500] or None,
+            user_agent=_user_agent(headers.get(b"user-agent", b"")),
             share=params.get("share"),
             schema=params.get("schema"),
             table=params.get("table"),

@@ -372,7 +372,7 @@ class RecipientDirectory:
             self.logins.forget(key)
         wait = self.logins.retry_after(username, client)
         if wait is not None:
-            raise TooManyFailedLogins(wait, self._claimed_by_user(value).recipient)
+            raise TooManyFailedLogins(wait, self._claimed_by_user(value).claimed_recipient)
         candidates = [entry for entry in self._basic_candidates(username) if entry[0].secret_hash]
         for entry in candidates:
             if self.logins.check(password, entry[0].secret_hash or ""):

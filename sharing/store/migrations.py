@@ -86,7 +86,12 @@ def _audit_reason(connection: Connection) -> None:
 # Refusals whose recipient and credential came from what the request claimed (a wrong
 # secret or password for a known credential or user, a URL whose signature did not verify)
 # were recorded as the recipient's before 0006; they are the claims of their requests.
-_CLAIM_REASONS = ("invalid_credentials", "url_signature_invalid", "url_not_signed")
+_CLAIM_REASONS = (
+    "invalid_credentials",
+    "url_signature_invalid",
+    "url_not_signed",
+    "too_many_failed_logins",
+)
 
 
 def _audit_claimed(connection: Connection) -> None:

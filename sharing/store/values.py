@@ -43,6 +43,8 @@ def bounded_text(value: object, limit: int) -> str:
 
 
 def _has_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
