@@ -8,7 +8,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sharing.recipients.names import ALL_SHARES, IpNetwork
+from sharing.recipients.names import ALL_SHARES, ANONYMOUS_RECIPIENT, IpNetwork
 from sharing.store.clock import now_ms
 
 __all__ = [
@@ -122,4 +122,6 @@ class Principal:
         return ALL_SHARES in self.shares
 
 
-ANONYMOUS = Principal(recipient="anonymous", credential_id=None, shares=frozenset({ALL_SHARES}))
+ANONYMOUS = Principal(
+    recipient=ANONYMOUS_RECIPIENT, credential_id=None, shares=frozenset({ALL_SHARES})
+)
