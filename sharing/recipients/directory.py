@@ -8,7 +8,7 @@ Sources:
   `${ENV}` or `scrypt$` hashes);
 - the store (created at run time by the CLI or the admin API).
 
-Caching (documented in the README): what the store said about a credential is kept in
+Caching (documented in docs/recipients.md): what the store said about a credential is kept in
 memory and reused until the store's `recipients` change counter moves; the counter is read
 at most once per `cache_seconds` (default 2 s). So a revocation, a disable or a new grant
 made by any process on the same store is enforced by every process within `cache_seconds`,
