@@ -7,11 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-<<<<<<< HEAD
-from sharing.recipients.names import ALL_SHARES, ANONYMOUS_RECIPIENT, IpNetwork
-=======
-from sharing.recipients.names import ALL_SHARES, IpNetwork, address_in
->>>>>>> main
+from sharing.recipients.names import ALL_SHARES, ANONYMOUS_RECIPIENT, IpNetwork, address_in
 from sharing.store.clock import now_ms
 
 __all__ = [
