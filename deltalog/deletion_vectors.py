@@ -243,9 +243,7 @@ def _read_stored_bitmap(
     return parse_bitmap(chunk[4:-4])
 
 
-def stored_frame(
-    storage: Storage, table_root: str, descriptor: DeletionVectorDescriptor
-) -> bytes:
+def stored_frame(storage: Storage, table_root: str, descriptor: DeletionVectorDescriptor) -> bytes:
     """A DV as its file stores it, checked: [size: u32 BE][magic + bitmap][crc32: u32 BE].
     Inline DVs get the same framing. (These bytes are what an Iceberg v3 Puffin
     `deletion-vector-v1` blob holds, byte for byte.)"""

@@ -185,7 +185,9 @@ class AvroContent:
 
     def __init__(self, data: bytes) -> None:
         reader = fastavro.reader(io.BytesIO(data))
-        self.schema: dict[str, Any] = reader.writer_schema
+        schema = reader.writer_schema
+        assert isinstance(schema, dict)  # a container file's schema is its record
+        self.schema: dict[str, Any] = schema
         self.metadata: dict[str, str] = {
             k: v for k, v in reader.metadata.items() if not k.startswith("avro.")
         }

@@ -252,7 +252,13 @@ class _Step:
         if prev is not None:
             snapshot_json["parent-snapshot-id"] = self.snapshot_id - 1
         metadata = self._metadata(
-            converted, schemas, schema_id, specs, spec_id, last_partition_id, snapshot_json,
+            converted,
+            schemas,
+            schema_id,
+            specs,
+            spec_id,
+            last_partition_id,
+            snapshot_json,
             next_row_id,
         )
         write_once(
@@ -411,9 +417,7 @@ class _Step:
             path = self.files.manifest_path(self.version, "data", index // MANIFEST_ENTRIES)
             length = self._write_manifest(path, chunk, av.MANIFEST_DATA)
             first_ids = [e["data_file"]["first_row_id"] for e in chunk]
-            out.append(
-                self._manifest_file(path, length, av.MANIFEST_DATA, chunk, min(first_ids))
-            )
+            out.append(self._manifest_file(path, length, av.MANIFEST_DATA, chunk, min(first_ids)))
         return out
 
     def _new_delete_manifest(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -467,8 +471,12 @@ class _Step:
             )
         )
         spec = [
-            {"source-id": self._converted.top_level_ids[name], "field-id": fid, "name": name,
-             "transform": "identity"}
+            {
+                "source-id": self._converted.top_level_ids[name],
+                "field-id": fid,
+                "name": name,
+                "transform": "identity",
+            }
             for fid, name, _itype, _key in self._spec_fields
         ]
         metadata = {
@@ -525,10 +533,10 @@ class _Step:
         gone_data = {
             self._location(p) for p in old.column("path").take(plan.data_removed).to_pylist()
         }
-        gone_dvs = {
-            self._location(p) for p in old.column("path").take(plan.dv_removed).to_pylist()
-        }
-        current = next(s for s in prev["snapshots"] if s["snapshot-id"] == prev["current-snapshot-id"])
+        gone_dvs = {self._location(p) for p in old.column("path").take(plan.dv_removed).to_pylist()}
+        current = next(
+            s for s in prev["snapshots"] if s["snapshot-id"] == prev["current-snapshot-id"]
+        )
         listing = av.AvroContent(Path(current["manifest-list"]).read_bytes())
         out = []
         rewritten = 0
@@ -701,7 +709,7 @@ def _avro_name(name: str) -> str:
         return name
     out = []
     for i, ch in enumerate(name):
-        valid = ch == "_" or ch.isascii() and (ch.isalpha() or (ch.isdigit() and i > 0))
+        valid = ch == "_" or (ch.isascii() and (ch.isalpha() or (ch.isdigit() and i > 0)))
         out.append(ch if valid else f"_x{ord(ch):X}")
     return "".join(out)
 

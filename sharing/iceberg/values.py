@@ -86,7 +86,6 @@ def file_bounds(stats: Mapping[str, Any] | None, leaves: Sequence[Leaf], prefix:
             count = _lookup(nulls, leaf.stats_path)
             if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
                 bounds.null_counts[leaf.field_id] = count
-    # A lower bound above the upper one means statistics this code misread: give neither.
     return bounds
 
 
