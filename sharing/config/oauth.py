@@ -1,6 +1,6 @@
 """The `oauth:` section: Lakeshare's own token endpoint (client credentials and private-key
 JWT assertions), the access tokens it signs, and the external OpenID Connect issuers whose
-access tokens are trusted (federation). See README "OAuth and federation"."""
+access tokens are trusted (federation). See docs/oauth.md."""
 
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ __all__ = [
     "ALL_SHARES",
     "InvalidValue",
     "IpNetwork",
+    "address_in",
+    "parse_address",
     "parse_duration",
     "parse_instant",
     "parse_networks",
@@ -77,3 +79,23 @@ def parse_networks(values: tuple[str, ...] | list[str]) -> tuple[IpNetwork, ...]
                 f"invalid IP network {value[:60]!r}: use a CIDR such as 10.0.0.0/8"
             ) from None
     return tuple(networks)
+
+
+def parse_address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An IP address as a socket or a proxy header gives it (an IPv6 zone is dropped, an
+    IPv4-mapped IPv6 address is its IPv4 address), or None when it is not one."""
+    try:
+        ip = ipaddress.ip_address(value.strip().split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def address_in(address: str | None, networks: tuple[IpNetwork, ...]) -> bool:
+    """Whether `address` (text) is an IP address inside one of `networks`."""
+    ip = parse_address(address) if address else None
+    if ip is None:
+        return False
+    return any(ip.version == net.version and ip in net for net in networks)
