@@ -1,8 +1,9 @@
 """The package rules of DESIGN.md, checked on the source: no import cycles between
-first-party modules (counting imports inside functions); `deltalog/` imports nothing from `sharing/`, `app/` or `client/`;
-outside `deltalog/` itself, only `sharing/tables.py` imports the log reader's history,
-change feed and error modules (other code may catch the library's base errors, exported
-at `deltalog`'s root, to degrade gracefully, but never a specific one)."""
+first-party modules (counting imports inside functions); `deltalog/` imports nothing from
+`sharing/`, `app/` or `client/`; outside `deltalog/` itself, only `sharing/tables.py`
+imports the log reader's history, change feed and error modules (other code may catch the
+library's base errors, exported at `deltalog`'s root, to degrade gracefully, but never a
+specific one)."""
 
 from __future__ import annotations
 
