@@ -13,7 +13,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import yaml
 
 from deltalog import DeltaTable
 from sharing.config import ConfigError, ServerConfig, parse_config
+from sharing.config.loading import STORE_FILE_NAME
 from sharing.query.async_store import DATABASE_FILE
 from tests.support import REPO_ROOT
 from tests.support.processes import free_port, stop, wait_http
@@ -413,6 +415,14 @@ def test_async_query_state_in_memory_when_no_directory() -> None:
     assert set(rendering.mounts) == {"/config", "/tmp"}
 
 
+def test_trusted_proxies_reach_the_configuration() -> None:
+    assert _rendering("default").config().trusted_proxies == ()
+    rendering = _with("cloud", trustedProxies=["10.244.0.0/16", "192.0.2.10"])
+    config = rendering.config(CLOUD_ENVIRONMENT)
+    assert config.trusted_proxies == ("10.244.0.0/16", "192.0.2.10")
+    assert config.forwarded_header == "X-Forwarded-For"
+
+
 def test_extra_config_overrides_the_charts_keys() -> None:
     rendering = _with("default", extraConfig={"logLevel": "DEBUG", "requestTimeoutSeconds": 5})
     config = rendering.config()
@@ -545,13 +555,37 @@ def _compose_service() -> dict[str, Any]:
     return compose["services"]["lakeshare"]
 
 
+def _compose_mounts() -> list[tuple[str, str, bool]]:
+    """(source, container path, read-only) of the Compose service's volumes."""
+    mounts = []
+    for entry in _compose_service()["volumes"]:
+        source, target, *options = entry.split(":")
+        mounts.append((source, target, "ro" in options))
+    return mounts
+
+
+def _is_bind(source: str) -> bool:
+    return source.startswith((".", "/"))
+
+
 def _compose_volumes() -> dict[str, Path]:
     """Container path -> host path of the Compose service's bind mounts."""
-    mapping = {}
-    for entry in _compose_service()["volumes"]:
-        source, target, *_ = entry.split(":")
-        mapping[target] = (DEPLOY / source).resolve()
-    return mapping
+    return {
+        target: (DEPLOY / source).resolve()
+        for source, target, _ in _compose_mounts()
+        if _is_bind(source)
+    }
+
+
+def _store_file(config: ServerConfig) -> Path:
+    """The SQLite file of the state store as the server opens it from CONFIG_MOUNT."""
+    url = config.store.url or f"sqlite:///{Path(CONFIG_MOUNT).parent / STORE_FILE_NAME}"
+    assert url.startswith("sqlite:///"), url
+    return Path(url.removeprefix("sqlite:///"))
+
+
+def _under(path: Path, targets: Iterable[str]) -> str | None:
+    return next((t for t in targets if path.is_relative_to(t)), None)
 
 
 def _host_path(location: str) -> Path:
@@ -569,6 +603,22 @@ def test_compose_config_is_loadable() -> None:
     assert set(ENVIRONMENT) <= set(service["environment"])
     assert service["read_only"] is True and "/tmp" in service["tmpfs"]
     assert _locations(config) == ["/data/orders"]
+
+
+def test_compose_keeps_the_state_store_on_a_writable_named_volume() -> None:
+    """The root filesystem and the configuration are read-only, so the state store (and
+    with it every recipient created at run time) needs a volume of its own that outlives
+    the container: a named one, declared at the top level, not mounted read-only."""
+    store = _store_file(_server_config((DEPLOY / "config.yaml").read_text()))
+    writable = {target: source for source, target, ro in _compose_mounts() if not ro}
+    target = _under(store, writable)
+    assert target is not None, f"{store} is on no writable volume of the Compose service"
+    assert not _is_bind(writable[target]), "a named volume, not a folder of the checkout"
+    [compose] = _documents(DEPLOY / "docker-compose.yml")
+    assert writable[target] in compose["volumes"]
+    # The image creates the mount point for its user, so the new volume is writable by it.
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    assert f"install -d -o {IMAGE_UID} -g {IMAGE_UID} -m 0750 {target}" in dockerfile
 
 
 def test_compose_sample_table_is_a_real_delta_table() -> None:
@@ -632,6 +682,13 @@ def test_deployed_configuration_serves_the_sample_table(source: str, tmp_path: P
     state_dir = tmp_path / "state"
     if "asyncQueryStateDir" in raw:
         raw["asyncQueryStateDir"] = str(state_dir)
+    store_volume = tmp_path / "store-volume"
+    if source == "compose":
+        # The named volume the store lives on, as a folder of its own.
+        store = _store_file(_server_config(SERVED_CONFIGS[source]()))
+        [target] = [t for s, t, _ in _compose_mounts() if not _is_bind(s)]
+        store_volume.mkdir()
+        raw["store"]["url"] = f"sqlite:///{store_volume / store.relative_to(target)}"
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(raw))
     port = free_port()
@@ -664,12 +721,60 @@ def test_deployed_configuration_serves_the_sample_table(source: str, tmp_path: P
             changes = delta_sharing.load_table_changes_as_pandas(url, starting_version=1)
             assert sorted(changes["order_id"]) == [5, 6]
             assert set(changes["_change_type"]) == {"insert"}
+            if source == "compose":
+                _read_as_a_recipient_created_at_run_time(config_file, port, tmp_path)
         finally:
             stop(server)
     text = log_file.read_text()
     assert "Traceback" not in text, text
     if source == "chart":
         assert (state_dir / DATABASE_FILE).is_file()
+    if source == "compose":
+        assert (store_volume / STORE_FILE_NAME).is_file()
+
+
+def _read_as_a_recipient_created_at_run_time(config_file: Path, port: int, tmp_path: Path) -> None:
+    """`lakeshare recipients create` against the running server's configuration, as
+    `docker compose exec` runs it: the server picks the recipient up from the store."""
+    import delta_sharing
+
+    profile = tmp_path / "acme.share"
+    created = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "recipients",
+            "create",
+            "acme",
+            "--config",
+            str(config_file),
+            "--share",
+            "demo",
+            "--profile-out",
+            str(profile),
+            "--endpoint",
+            f"http://127.0.0.1:{port}/delta-sharing/",
+        ],
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **ENVIRONMENT},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert created.returncode == 0, created.stderr
+    deadline = time.monotonic() + 10  # the server sees the store's changes within 2 s
+    while True:
+        try:
+            tables = delta_sharing.SharingClient(str(profile)).list_all_tables()
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert [(t.share, t.schema, t.name) for t in tables] == [("demo", "sales", "orders")]
+    frame = delta_sharing.load_as_pandas(f"{profile}#demo.sales.orders")
+    assert sorted(frame["order_id"]) == [1, 2, 3, 4, 5, 6]
 
 
 def test_dockerfile_runs_the_mounted_config() -> None:

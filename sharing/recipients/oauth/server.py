@@ -12,12 +12,12 @@ from sharing.recipients.oauth.access_tokens import AccessTokens
 from sharing.recipients.oauth.assertions import AssertionChecker
 from sharing.recipients.oauth.directory_clients import DirectoryClients
 from sharing.recipients.oauth.federation import Federation
-from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.recipients.oauth.replay import JtiLedger, MemoryJtiLedger
 from sharing.recipients.oauth.signing import access_token_key, previous_access_token_keys
 from sharing.recipients.oauth.store_ledger import StoreJtiLedger
 from sharing.recipients.oauth.token_service import TokenService
 from sharing.recipients.oauth.verifier import OAuthBearerVerifier
+from sharing.recipients.throttle import FailedAttempts
 
 __all__ = ["OAuthServer", "open_oauth"]
 

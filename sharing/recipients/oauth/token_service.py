@@ -26,8 +26,8 @@ from sharing.recipients.oauth.access_tokens import AccessTokens
 from sharing.recipients.oauth.assertions import AssertionChecker, InvalidAssertion
 from sharing.recipients.oauth.clients import ClientKind, ClientRegistry, RegisteredClient
 from sharing.recipients.oauth.errors import OAuthError, RateLimited
-from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.recipients.refusals import Reason, Refusal, refusal_of
+from sharing.recipients.throttle import FailedAttempts
 
 __all__ = [
     "CLIENT_ASSERTION_TYPE",

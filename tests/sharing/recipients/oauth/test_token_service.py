@@ -14,7 +14,6 @@ import pytest
 from sharing.recipients.oauth.access_tokens import AccessTokens
 from sharing.recipients.oauth.assertions import AssertionChecker
 from sharing.recipients.oauth.errors import OAuthError, RateLimited
-from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.recipients.oauth.replay import MemoryJtiLedger
 from sharing.recipients.oauth.signing import AccessTokenKey
 from sharing.recipients.oauth.token_service import (
@@ -24,6 +23,7 @@ from sharing.recipients.oauth.token_service import (
     TokenService,
     parse_form,
 )
+from sharing.recipients.throttle import FailedAttempts
 from tests.sharing.recipients.oauth.memory_registry import MemoryRegistry
 
 ISSUER = "urn:lakeshare:/delta-sharing"
