@@ -282,6 +282,9 @@ def build_server(app: ASGIApp, limits: LimitsConfig, **options: Any) -> uvicorn.
         log_config=None,
         access_log=False,  # ours omits query strings, which may carry signatures
         server_header=False,
+        # uvicorn would believe X-Forwarded-For/-Proto from 127.0.0.1 (its
+        # forwarded_allow_ips): proxy headers count only from `trustedProxies` (app.proxies).
+        proxy_headers=False,
         date_header=False,
         timeout_keep_alive=limits.idle_timeout_seconds,
         h11_max_incomplete_event_size=limits.max_header_bytes,

@@ -467,6 +467,14 @@ def test_async_query_state_in_memory_when_no_directory() -> None:
     assert set(rendering.mounts) == {"/config", "/tmp"}
 
 
+def test_trusted_proxies_reach_the_configuration() -> None:
+    assert _rendering("default").config().trusted_proxies == ()
+    rendering = _with("cloud", trustedProxies=["10.244.0.0/16", "192.0.2.10"])
+    config = rendering.config(CLOUD_ENVIRONMENT)
+    assert config.trusted_proxies == ("10.244.0.0/16", "192.0.2.10")
+    assert config.forwarded_header == "X-Forwarded-For"
+
+
 def test_extra_config_overrides_the_charts_keys() -> None:
     rendering = _with("default", extraConfig={"logLevel": "DEBUG", "requestTimeoutSeconds": 5})
     config = rendering.config()

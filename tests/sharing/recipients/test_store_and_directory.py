@@ -321,6 +321,8 @@ def test_no_authorization_at_all_is_anonymous_until_a_recipient_exists(store: St
     ("recipient", "message"),
     [
         ({"name": "a;b", "shares": ["sales"]}, "invalid recipient name"),
+        ({"name": "anonymous", "shares": ["sales"]}, "is reserved"),
+        ({"name": "_bearer_token", "shares": ["sales"]}, "invalid recipient name"),
         ({"name": "a", "shares": ["nope"]}, "not configured"),
         ({"name": "a", "ipAllowList": ["300.1.1.1"]}, "invalid IP network"),
         ({"name": "a", "credentials": [{"token": "short"}]}, "at least 16"),
