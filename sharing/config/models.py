@@ -212,6 +212,10 @@ class LimitsConfig(Section):
     header_read_timeout_seconds: Positive = 10
     body_read_timeout_seconds: Positive = 60
     idle_timeout_seconds: Positive = 5
+    # After a refusal with the request body still arriving (413), what the server reads and
+    # discards before closing, so the client reads the answer instead of a connection reset.
+    drain_body_bytes: Positive = 128 * _MIB
+    drain_timeout_seconds: Positive = 30
     # Open connections beyond this are answered 503 and closed at once.
     max_connections: Positive = 1000
     # Expensive requests (queries, change feeds, metadata and version: snapshot loads) run at

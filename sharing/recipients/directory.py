@@ -50,7 +50,15 @@ from sharing.recipients.model import (
     Recipient,
     RecipientSource,
 )
-from sharing.recipients.names import ALL_SHARES, parse_instant, parse_networks, recipient_name
+from sharing.recipients.names import (
+    ADMIN_RECIPIENT,
+    ALL_SHARES,
+    BEARER_TOKEN_RECIPIENT,
+    is_recipient_name,
+    parse_instant,
+    parse_networks,
+    recipient_name,
+)
 from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
 from sharing.recipients.repository import COUNTER, RecipientRepository
 from sharing.store import Store
@@ -66,11 +74,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("lakeshare.recipients")
-
-BEARER_TOKEN_RECIPIENT = "_bearer_token"
-"""The recipient `authorization.bearerToken` stands for (a name the CLI cannot create)."""
-ADMIN_RECIPIENT = "_admin"
-"""Who the audit trail names for the admin API's requests (no recipient can be called so)."""
 
 DEFAULT_CACHE_SECONDS = 2.0
 _MAX_HEADER_CHARS = 8192
@@ -254,7 +257,11 @@ class RecipientDirectory:
         self, recipient_name_: str, credential_id: str | None, client: str | None
     ) -> Principal:
         """The principal for a recipient already identified by some other means (a verified
-        access token); applies state, expiry, IP allow-list; 401 for an unknown recipient."""
+        access token); applies state, expiry, IP allow-list; 401 for an unknown recipient.
+        The name must be a recipient's exactly (canonical, not reserved): an identity named
+        by someone else is never case-folded, trimmed, or taken for the server's own."""
+        if not is_recipient_name(recipient_name_):
+            raise _invalid()
         recipient = self.recipient(recipient_name_)
         if recipient is None:
             raise _invalid()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sharing.recipients.names import ALL_SHARES, IpNetwork, address_in
+from sharing.recipients.names import ALL_SHARES, ANONYMOUS_RECIPIENT, IpNetwork, address_in
 from sharing.store.clock import now_ms
 
 __all__ = [
@@ -111,4 +111,6 @@ class Principal:
         return ALL_SHARES in self.shares
 
 
-ANONYMOUS = Principal(recipient="anonymous", credential_id=None, shares=frozenset({ALL_SHARES}))
+ANONYMOUS = Principal(
+    recipient=ANONYMOUS_RECIPIENT, credential_id=None, shares=frozenset({ALL_SHARES})
+)

@@ -8,10 +8,15 @@ import re
 from datetime import UTC, datetime
 
 __all__ = [
+    "ADMIN_RECIPIENT",
     "ALL_SHARES",
+    "ANONYMOUS_RECIPIENT",
+    "BEARER_TOKEN_RECIPIENT",
+    "RESERVED_NAMES",
     "InvalidValue",
     "IpNetwork",
     "address_in",
+    "is_recipient_name",
     "parse_address",
     "parse_duration",
     "parse_instant",
@@ -21,6 +26,17 @@ __all__ = [
 
 ALL_SHARES = "*"
 """A grant of every share (what `authorization.bearerToken` means)."""
+
+BEARER_TOKEN_RECIPIENT = "_bearer_token"
+"""The recipient `authorization.bearerToken` stands for (it sees every share)."""
+ADMIN_RECIPIENT = "_admin"
+"""Who the audit trail names for the admin API's requests."""
+ANONYMOUS_RECIPIENT = "anonymous"
+"""Who requests are served as when no authorization is configured (it sees every share)."""
+RESERVED_NAMES = frozenset({BEARER_TOKEN_RECIPIENT, ADMIN_RECIPIENT, ANONYMOUS_RECIPIENT})
+"""Names the server gives its own principals: no recipient of the configuration, the store
+(CLI, admin API), a federated token or a `recipientMap` can be one of them. Names starting
+with '_' are refused by the name rule as well, so the server may add more of those."""
 
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -34,14 +50,24 @@ class InvalidValue(ValueError):
 
 
 def recipient_name(value: str) -> str:
-    """The canonical (lower-case) recipient name, or InvalidValue saying what is allowed."""
+    """The canonical (lower-case) recipient name, or InvalidValue saying what is allowed
+    (a reserved name is refused as well)."""
     name = value.strip().lower()
     if not _NAME.fullmatch(name):
         raise InvalidValue(
             f"invalid recipient name {value[:80]!r}: use 1 to 64 letters, digits, '_', '.' or "
             "'-', starting with a letter or digit"
         ) from None
+    if name in RESERVED_NAMES:
+        raise InvalidValue(f"the recipient name '{name}' is reserved for the server's own use")
     return name
+
+
+def is_recipient_name(value: str) -> bool:
+    """Whether `value` is, exactly as given, a recipient's canonical name: lower-case, no
+    surrounding blanks, not reserved. Identities asserted by others (federated tokens) must
+    be one, so that no case folding or trimming turns one identity into another."""
+    return _NAME.fullmatch(value) is not None and value not in RESERVED_NAMES
 
 
 def parse_duration(value: str) -> int:

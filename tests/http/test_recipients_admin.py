@@ -113,6 +113,11 @@ def test_admin_api_manages_recipients_that_the_official_client_uses(
         ({"name": "acme", "shares": ["sales"], "expiresIn": "forever"}, 400),
         ({"name": "acme", "shares": ["sales"], "type": "kerberos"}, 400),
         ({"shares": ["sales"]}, 400),
+        # The server's own principals (issue 20, finding 2): no recipient may be one.
+        ({"name": "anonymous", "shares": ["sales"]}, 400),
+        ({"name": "_admin", "shares": ["sales"]}, 400),
+        ({"name": "_bearer_token", "shares": ["sales"]}, 400),
+        ({"name": "ANONYMOUS ", "shares": ["sales"]}, 400),
     ],
 )
 def test_admin_api_bad_input_is_a_clear_4xx(

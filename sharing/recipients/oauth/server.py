@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sharing.config import ServerConfig
 from sharing.recipients.directory import RecipientDirectory, VerifiedToken
-from sharing.recipients.oauth.access_tokens import AccessTokens
+from sharing.recipients.oauth.access_tokens import AccessTokens, assertion_audiences
 from sharing.recipients.oauth.assertions import AssertionChecker
 from sharing.recipients.oauth.directory_clients import DirectoryClients
 from sharing.recipients.oauth.federation import Federation
@@ -66,6 +66,7 @@ def open_oauth(config: ServerConfig, directory: RecipientDirectory) -> OAuthServ
             leeway_seconds=oauth.clock_skew_seconds,
         ),
         FailedAttempts(oauth.failed_attempts_limit, oauth.failed_attempts_window_seconds),
+        audiences=assertion_audiences(config),
     )
     federation = Federation.from_configs(oauth.federation, leeway_seconds=oauth.clock_skew_seconds)
     verifier = OAuthBearerVerifier(tokens, federation, registry)

@@ -60,6 +60,7 @@ def service(registry: MemoryRegistry, clock: Clock) -> TokenService:
         tokens,
         AssertionChecker(registry, MemoryJtiLedger()),
         FailedAttempts(3, 60, clock=clock),
+        audiences=[URL],
     )
 
 
@@ -95,7 +96,7 @@ def test_client_secret_post_and_client_assertion(
         "client_assertion_type": CLIENT_ASSERTION_TYPE,
         "client_assertion": assertion(rsa_pair[0], aud=URL),
     }
-    body = service.exchange(form, None, "a", token_endpoint_url=URL)
+    body = service.exchange(form, None, "a")
     assert service.tokens.verify(body["access_token"]).client_id == "kid1"
 
 
