@@ -93,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="open every configured table and say who can read it",
         description="Open every table of a server configuration (local and cloud) and "
         "report its version, file count, reader features, the response formats and clients "
-        "that can read it, and any problem. Exits with status 1 when a table is unusable, "
-        "2 when the configuration is invalid.",
+        "that can read it, and any problem, after the configuration's warnings (unknown "
+        "keys with a did-you-mean, ...). Exits with status 1 when a table is unusable, 2 "
+        "when the configuration is invalid (with --strict: or has warnings).",
     )
     check.add_argument("--config", metavar="FILE", required=True, help="server config")
     check.add_argument("--format", choices=("table", "json"), default="table", help="output format")
@@ -104,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         metavar="SECONDS",
         help="give up on tables whose storage has not answered by then (default: %(default)s)",
+    )
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 2 when the configuration has warnings, as `strict: true` "
+        "would refuse it",
     )
     check.set_defaults(handler=_check)
     add_recipient_commands(commands)
@@ -328,10 +335,15 @@ def _check(args: argparse.Namespace) -> int:
     reports = check_tables(
         TableService(config), configured_tables(config), timeout_seconds=args.timeout
     )
+    warnings = list(config.warnings)
     if args.format == "json":
-        _write(json.dumps([r.to_json() for r in reports], indent=2, ensure_ascii=False))
+        document = {"warnings": warnings, "tables": [r.to_json() for r in reports]}
+        _write(json.dumps(document, indent=2, ensure_ascii=False))
     else:
-        _write(_check_table_text(reports))
+        _write("".join(f"warning: {w}\n" for w in warnings) + _check_table_text(reports))
+    if args.strict and warnings:
+        print(f"lakeshare: {len(warnings)} configuration warning(s) (--strict)", file=sys.stderr)
+        return 2
     return 1 if any(r.status is Status.UNUSABLE for r in reports) else 0
 
 

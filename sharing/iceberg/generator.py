@@ -71,6 +71,12 @@ MANIFEST_ENTRIES = 20_000
 FIRST_PARTITION_FIELD_ID = 1000
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+CHANGE_DATA_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+"""Columns of change data that some writers (delta-rs) also leave in data files."""
+MATERIALIZED_COLUMN_KEYS = (
+    "delta.rowTracking.materializedRowIdColumnName",
+    "delta.rowTracking.materializedRowCommitVersionColumnName",
+)
 
 
 @dataclass(frozen=True)
@@ -278,11 +284,15 @@ class _Step:
                 s for s in self.prev["schemas"] if s["schema-id"] == self.prev["current-schema-id"]
             )
             previous_ids = ids_of(current, column_mapping=self.column_mapping)
+        configuration = self.snapshot.metadata.configuration
+        extra = [*CHANGE_DATA_COLUMNS]
+        extra += [str(configuration[k]) for k in MATERIALIZED_COLUMN_KEYS if k in configuration]
         return convert_schema(
             self.delta_schema,
             column_mapping=self.column_mapping,
             previous_ids=previous_ids,
             last_column_id=last_column_id,
+            extra_file_columns=extra,
         )
 
     def _schemas(self, converted: ConvertedSchema) -> tuple[list[dict[str, Any]], int]:
@@ -651,18 +661,15 @@ def _diff(old: pa.Table | None, cur: pa.Table) -> _Plan:
     path and `baseRowId` stay, and keeps its DV entry while its DV stays."""
     cur_data, cur_dv, cur_has_dv = _signatures(cur)
     if old is None:
-        everything = list(range(cur.num_rows))
-        with_dv = [i for i in everything if cur_has_dv[i]]
         empty = pa.array([], pa.int64())
-        return _Plan(everything, with_dv, empty, empty)
+        return _Plan(list(range(cur.num_rows)), _indexes(cur_has_dv).to_pylist(), empty, empty)
     old_data, old_dv, old_has_dv = _signatures(old)
     new_data = pc.invert(pc.is_in(cur_data, value_set=old_data))
-    new_dv = pc.and_(pc.invert(pc.is_in(cur_dv, value_set=old_dv)), pa.array(cur_has_dv))
-    new_dv = pc.or_(new_dv, pc.and_(new_data, pa.array(cur_has_dv)))
+    new_dv = pc.and_(pc.invert(pc.is_in(cur_dv, value_set=old_dv)), cur_has_dv)
+    new_dv = pc.or_(new_dv, pc.and_(new_data, cur_has_dv))
     ended_data = pc.invert(pc.is_in(old_data, value_set=cur_data))
     ended_dv = pc.and_(
-        pa.array(old_has_dv),
-        pc.or_(pc.invert(pc.is_in(old_dv, value_set=cur_dv)), ended_data),
+        old_has_dv, pc.or_(pc.invert(pc.is_in(old_dv, value_set=cur_dv)), ended_data)
     )
     return _Plan(
         _indexes(new_data).to_pylist(),
@@ -676,22 +683,21 @@ def _indexes(mask: pa.Array) -> pa.Array:
     return pc.indices_nonzero(mask).cast(pa.int64())
 
 
-def _signatures(files: pa.Table) -> tuple[pa.Array, pa.Array, list[bool]]:
+def _signatures(files: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
     """Per file: path + baseRowId, path + DV id, and whether it has a DV."""
-    paths = files.column("path").combine_chunks()
+    paths = files.column("path").combine_chunks().cast(pa.string())
     base = pc.fill_null(pc.cast(files.column("baseRowId").combine_chunks(), pa.string()), "")
     data = pc.binary_join_element_wise(paths, base, "\x00")
     dv = files.column("deletionVector").combine_chunks()
-    has_dv = dv.is_valid().to_pylist()
-    if files.num_rows:
-        parts = [
-            pc.fill_null(pc.cast(dv.field(name), pa.string()), "")
-            for name in ("storageType", "pathOrInlineDv", "offset")
-        ]
-        dv_id = pc.binary_join_element_wise(paths, *parts, "\x00")
-    else:
-        dv_id = pa.array([], pa.string())
-    return data, dv_id, [bool(x) for x in has_dv]
+    if not pa.types.is_struct(dv.type) or files.num_rows == 0:
+        # An all-null column may be stored without its struct type (deltalog.null_columns).
+        return data, data, pa.array([False] * files.num_rows, pa.bool_())
+    parts = [
+        pc.fill_null(pc.cast(dv.field(name), pa.string()), "")
+        for name in ("storageType", "pathOrInlineDv", "offset")
+    ]
+    dv_id = pc.binary_join_element_wise(paths, *parts, "\x00")
+    return data, dv_id, dv.is_valid()
 
 
 def _pairs(values: Mapping[int, Any]) -> list[dict[str, Any]] | None:
