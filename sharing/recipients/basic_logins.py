@@ -117,7 +117,7 @@ class BasicLogins:
             wait
             for wait in (
                 self._by_address.retry_after(address),
-                self._by_user.retry_after(username.lower()),
+                self._by_user.retry_after(_user_key(username)),
             )
             if wait is not None
         ]
@@ -126,7 +126,7 @@ class BasicLogins:
     def failed(self, username: str, address: str | None) -> None:
         self._by_address.failed(address)
         if username:
-            self._by_user.failed(username.lower())
+            self._by_user.failed(_user_key(username))
 
     # -- password checks ---------------------------------------------------------------
 
@@ -140,3 +140,9 @@ class BasicLogins:
     def check_nothing(self, password: str) -> None:
         """What `check` costs, for a user name without a password."""
         self.check(password, self._unmatchable)
+
+
+def _user_key(username: str) -> str:
+    """The throttle's key of a user name: recipient names have at most 64 characters, and a
+    longer one (no recipient's) must not make the counter hold kilobytes per key."""
+    return username.lower()[:64]
