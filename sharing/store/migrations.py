@@ -83,12 +83,17 @@ def _audit_reason(connection: Connection) -> None:
     add_missing_column(connection, schema.audit_events, "reason")
 
 
+def _recipient_properties(connection: Connection) -> None:
+    add_missing_column(connection, schema.recipients, "properties")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
     Migration("0003_async_queries", _async_queries),  # sharing/store/async_queries.py
     Migration("0004_audit_file", _audit_file),  # audit records of signed file downloads
     Migration("0005_audit_reason", _audit_reason),  # audit records of refused authentications
+    Migration("0006_recipient_properties", _recipient_properties),  # sharing/slices.py
 ]
 
 
