@@ -25,6 +25,9 @@ RUN groupadd --system --gid 10001 lakeshare \
        --home-dir /nonexistent --shell /usr/sbin/nologin lakeshare
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index /wheels/*.whl
+# Where a writable volume keeps the state store (see deploy/docker-compose.yml): a named
+# volume mounted here starts with this directory's owner, the lakeshare user.
+RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/lakeshare
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8080

@@ -1,4 +1,4 @@
-# One command to set up and run, one to set up and test. See README.md.
+# One command to set up and run, one to set up and test. See README.md and docs/.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -36,12 +36,14 @@ test: setup-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest
 
 lint: setup-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/deptry .
 
 format: setup-dev
@@ -49,4 +51,4 @@ format: setup-dev
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .lakeshare .cache build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .lakeshare .cache build site *.egg-info .pytest_cache .ruff_cache

@@ -16,6 +16,9 @@ their own signature and are not behind this dependency.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+from concurrent.futures import Executor
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -49,7 +52,16 @@ async def authenticate(request: Request) -> Principal:
     header = request.headers.get("authorization")
     client = request.client.host if request.client else None
     try:
-        if directory.needs_io(header):
+        if directory.checks_password(header):
+            # A password hash: on the few threads of its own (as many as hashes may run at
+            # once), so a flood of Basic logins waits there as cheap coroutines and neither
+            # holds the shared thread pool nor spreads scrypt's memory over its threads.
+            pool: Executor = request.app.state.password_checks
+            context = contextvars.copy_context()
+            principal = await asyncio.get_running_loop().run_in_executor(
+                pool, context.run, directory.authenticate, header, client
+            )
+        elif directory.needs_io(header):
             principal = await run_in_threadpool(directory.authenticate, header, client)
         else:
             principal = directory.authenticate(header, client)

@@ -7,7 +7,6 @@ serve` reads, to find the store; changes reach running servers within the store'
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import sys
@@ -28,7 +27,12 @@ from sharing.recipients.names import (
     parse_instant,
     property_assignment,
 )
-from sharing.recipients.profiles import endpoint_url, profile_for
+from sharing.recipients.profiles import (
+    endpoint_url,
+    is_loopback_host,
+    local_only_warning,
+    profile_for,
+)
 from sharing.recipients.repository import IssuedCredential, RecipientRepository
 from sharing.recipients.views import recipient_json
 from sharing.store import StoreError, open_store
@@ -44,21 +48,12 @@ def anonymous_refusal(directory: RecipientDirectory, config: ServerConfig, host:
     the configuration loader, which sees no bearer token and no recipient.)"""
     if not directory.anonymous:
         return ""
-    if config.allow_anonymous or _loopback(host):
+    if config.allow_anonymous or is_loopback_host(host):
         return ""
     return (
         f"refusing to listen on {host!r} without authorization: configure "
         "'authorization.bearerToken' or recipients, or set 'allowAnonymous: true'"
     )
-
-
-def _loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def add_recipient_commands(commands: Any) -> None:
@@ -97,7 +92,8 @@ def add_recipient_commands(commands: Any) -> None:
         "--private-key-out",
         metavar="FILE",
         help="private-key-jwt without --public-key: write the generated private key here "
-        "(0600; default <NAME>-private-key.pem)",
+        "(0600; default <NAME>-private-key.pem beside the profile); the profile names it "
+        "relative to its own directory",
     )
     create.add_argument(
         "--private-key-file",
@@ -213,13 +209,28 @@ def _iso(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _profile_endpoint(args: argparse.Namespace, config: ServerConfig) -> str:
+    """The endpoint the profile (or activation link) names; refused before anything is
+    written when the server has no address a recipient could reach, and warned about when
+    it names this machine only."""
+    endpoint = endpoint_url(config, args.endpoint, how="--endpoint URL")
+    warning = "" if args.endpoint else local_only_warning(endpoint)
+    if warning:
+        print(f"lakeshare: warning: {warning} (--endpoint URL)", file=sys.stderr)
+    return endpoint
+
+
 def _emit_profile(
-    args: argparse.Namespace, config: ServerConfig, issued: IssuedCredential, name: str
+    args: argparse.Namespace,
+    config: ServerConfig,
+    issued: IssuedCredential,
+    name: str,
+    endpoint: str,
 ) -> None:
     profile = profile_for(
         issued,
         name,
-        endpoint_url(config, args.endpoint),
+        endpoint,
         version=args.profile_version,
         config=config,
         private_key_file=getattr(args, "private_key_file", None),
@@ -242,6 +253,12 @@ def _create(args: argparse.Namespace) -> int:
     def body(config: ServerConfig, repository: RecipientRepository) -> int:
         if not args.share:
             raise InvalidValue("give at least one --share")
+        if args.activation_link and args.profile_out:
+            raise InvalidValue(
+                "--profile-out does not apply with --activation-link: the link serves the "
+                "profile to the recipient once, and no profile is written here; drop one of them"
+            )
+        endpoint = _profile_endpoint(args, config)
         kind = CredentialType(args.type)
         public_key = Path(args.public_key).read_text() if args.public_key else None
         generated = _generated_key(args, kind, public_key)
@@ -264,7 +281,7 @@ def _create(args: argparse.Namespace) -> int:
             url = create_link(
                 repository,
                 recipient.name,
-                endpoint_url(config, args.endpoint),
+                endpoint,
                 credential_expires_at=_ms_in(args.expires_in),
             )
             print(url)
@@ -283,8 +300,8 @@ def _create(args: argparse.Namespace) -> int:
         )
         assert issued is not None
         if generated is not None:
-            _write_private_key(generated[2], generated[0])
-        _emit_profile(args, config, issued, recipient.name)
+            _write_private_key(generated[2], generated[0], args.private_key_file)
+        _emit_profile(args, config, issued, recipient.name, endpoint)
         return 0
 
     return _run(args, body)
@@ -295,27 +312,39 @@ def _generated_key(
 ) -> tuple[str, str, Path] | None:
     """For a private-key-jwt recipient without --public-key: a new RS256 key pair and the
     file its private half goes to — (private PEM, public PEM, path). Checked before the
-    recipient is created, written after, so a failing command leaves nothing behind."""
+    recipient is created, written after, so a failing command leaves nothing behind.
+
+    The key goes beside the profile by default, and the profile names it relative to its
+    own directory (`args.private_key_file`; just the file name when the key was written
+    elsewhere): a path on the provider's machine would mean nothing to the recipient."""
     if kind is not CredentialType.PRIVATE_KEY_JWT or public_key is not None:
         if args.private_key_out:
             raise InvalidValue("--private-key-out is for private-key-jwt without --public-key")
         return None
     from sharing.recipients.oauth.public_keys import generate_key_pair
 
-    path = Path(args.private_key_out or f"{args.name}-private-key.pem").resolve()
+    profile_dir = Path(args.profile_out).resolve().parent if args.profile_out else Path.cwd()
+    path = Path(args.private_key_out or profile_dir / f"{args.name}-private-key.pem").resolve()
     if path.exists():
         raise InvalidValue(f"{path} exists: not overwriting a private key")
     if not path.parent.is_dir():
         raise InvalidValue(f"{path.parent} is not a directory")
-    args.private_key_file = str(path)
+    beside = path.is_relative_to(profile_dir)
+    args.private_key_file = str(path.relative_to(profile_dir)) if beside else path.name
     private_pem, public_pem = generate_key_pair("RS256")
     return private_pem, public_pem, path
 
 
-def _write_private_key(path: Path, pem: str) -> None:
+def _write_private_key(path: Path, pem: str, named_as: str) -> None:
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
         handle.write(pem)
-    print(f"private key written to {path} (give it to the recipient; not kept)", file=sys.stderr)
+    print(
+        f"private key written to {path} (give it to the recipient; not kept). The profile "
+        f"names it {named_as!r}, relative to the profile's directory: the recipient keeps "
+        "the two files together (the official Python client opens the key relative to its "
+        "working directory, so run it there, or make privateKeyFile absolute)",
+        file=sys.stderr,
+    )
 
 
 def _recipient_expiry(args: argparse.Namespace) -> int | None:
@@ -383,13 +412,14 @@ def _revoke(args: argparse.Namespace) -> int:
 
 def _rotate(args: argparse.Namespace) -> int:
     def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        endpoint = _profile_endpoint(args, config)
         issued = repository.rotate(
             args.name,
             grace_seconds=parse_duration(args.grace),
             credential_type=CredentialType(args.type) if args.type else None,
             expires_at=_ms_in(args.expires_in),
         )
-        _emit_profile(args, config, issued, repository.require(args.name).name)
+        _emit_profile(args, config, issued, repository.require(args.name).name, endpoint)
         return 0
 
     return _run(args, body)

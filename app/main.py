@@ -4,6 +4,7 @@ authentication, error handlers and middleware. No protocol logic lives here."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
@@ -15,6 +16,7 @@ from app.limits import LimitsMiddleware, gate_for
 from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
+from app.proxies import ForwardedMiddleware
 from app.routes import activation, credentials, files, health, landing, listing, queries, tables
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
@@ -49,6 +51,7 @@ async def _redact_path_in_logs(request: Request) -> None:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     app.state.recipients.close()  # writes buffered audit records and last-used times
+    app.state.password_checks.shutdown(wait=False, cancel_futures=True)
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -65,6 +68,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.tokens = tokens
     app.state.catalog = Catalog(config, tokens)
     app.state.recipients = open_recipients(config)
+    # Basic logins that hash a password run here (app.auth): as many threads as hashes
+    # may run at once (sharing.recipients.basic_logins).
+    app.state.password_checks = ThreadPoolExecutor(
+        config.basic_auth.max_concurrent_hashes, thread_name_prefix="lakeshare-password"
+    )
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
     metrics = Metrics(config) if config.metrics.enabled else None
@@ -131,4 +139,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             on_unrecorded=metrics.refusal_unrecorded if metrics is not None else None,
         ),
     )
+    if config.trusted_proxies:  # outermost: everything after sees the real client
+        app.add_middleware(
+            ForwardedMiddleware,
+            trusted_proxies=config.trusted_proxies,
+            header=config.forwarded_header,
+        )
     return app

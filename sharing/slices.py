@@ -18,6 +18,7 @@ recipient: two recipients with the same values share cached selections).
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -60,6 +61,9 @@ __all__ = [
     "visible_rows",
     "within",
 ]
+
+
+log = logging.getLogger(__name__)
 
 
 class FilterSyntaxError(ValueError):
@@ -192,6 +196,7 @@ def _mask(files: pa.Table, metadata: Metadata, bound: BoundFilter) -> pa.Array |
     try:
         check_columns(parse_partition_filter(bound.text), metadata)
     except FilterColumnError as exc:
+        log.error("partition filter %r does not fit the table: %s", bound.text, exc)
         raise PartitionFilterMisconfigured(
             f"The table's partition filter does not fit this version of the table: {exc}. "
             "Please contact your share provider."

@@ -12,7 +12,7 @@ them (a profile), never in a log.
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
@@ -29,7 +29,13 @@ from sharing.recipients.directory import ADMIN_RECIPIENT, Challenge
 from sharing.recipients.hashing import hash_token, token_matches
 from sharing.recipients.model import CredentialType
 from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
-from sharing.recipients.profiles import endpoint_url, profile_for
+from sharing.recipients.profiles import (
+    endpoint_url,
+    is_loopback_host,
+    local_only_warning,
+    profile_for,
+    served_endpoint,
+)
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
 from sharing.recipients.runtime import Recipients
@@ -41,6 +47,10 @@ __all__ = ["build_admin_app"]
 log = logging.getLogger("lakeshare.admin")
 
 _REALM = 'Bearer realm="lakeshare-admin"'
+_ENDPOINT_HELP = (
+    "the URL recipients reach the server at, written in the profile or link (default: "
+    "publicUrl, else the URL this request reached the server at)"
+)
 
 
 class CreateRecipient(BaseModel):
@@ -55,6 +65,7 @@ class CreateRecipient(BaseModel):
     keyId: str | None = None
     activationLink: bool = Field(default=False, description="answer a one-time profile URL")
     profileVersion: int = Field(default=1, ge=1, le=2)
+    endpoint: str | None = Field(default=None, description=_ENDPOINT_HELP)
     properties: dict[str, str] = Field(
         default={}, description="properties read by partition filters' current_recipient()"
     )
@@ -79,6 +90,7 @@ class Rotate(BaseModel):
     type: CredentialType | None = None
     expiresIn: str | None = None
     profileVersion: int = Field(default=1, ge=1, le=2)
+    endpoint: str | None = Field(default=None, description=_ENDPOINT_HELP)
 
 
 def _recipients(request: Request) -> Recipients:
@@ -117,16 +129,32 @@ def _ms_in(duration: str | None) -> int | None:
     return None if not duration else now_ms() + parse_duration(duration) * 1000
 
 
-def _endpoint(request: Request) -> str:
+def _endpoint(request: Request, override: str | None) -> tuple[str, str]:
+    """The endpoint a profile or link names, and a warning when it reaches this machine only.
+    As `lakeshare recipients`: the body's `endpoint`, else `publicUrl`, else the URL the admin
+    reached the server at — refused when that is a loopback address of a server listening on
+    other interfaces too (the recipient would be handed an address of their own machine)."""
     config: ServerConfig = request.app.state.config
-    if config.public_url:
-        return endpoint_url(config)
+    if override or config.public_url:
+        return endpoint_url(config, override), ""
     root = str(request.scope.get("root_url") or request.base_url)
     prefix = request.app.state.admin_prefix
     base = root.rstrip("/")
     if base.endswith(prefix):
         base = base[: -len(prefix)]
-    return f"{base}{config.endpoint}/"
+    endpoint = served_endpoint(config, base)
+    warning = local_only_warning(endpoint)
+    if warning and not is_loopback_host(config.host):
+        raise InvalidValue(
+            f"this request reached the server at a loopback address, so the profile would "
+            f"name {endpoint}, which a recipient cannot reach; set 'publicUrl' in the "
+            'configuration or give "endpoint" in the request body'
+        )
+    return endpoint, warning
+
+
+def _warned(answer: dict[str, Any], warning: str) -> dict[str, Any]:
+    return {**answer, "warning": warning} if warning else answer
 
 
 def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | None:
@@ -164,6 +192,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
             if body.recipientExpires
             else None
         )
+        endpoint, warning = _endpoint(request, body.endpoint)
         if body.activationLink:
             if body.type is not CredentialType.BEARER:
                 raise InvalidParameter("activation links serve bearer-token profiles only")
@@ -179,13 +208,12 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
             url = create_link(
                 repository,
                 recipient.name,
-                _endpoint(request),
+                endpoint,
                 credential_expires_at=_ms_in(body.expiresIn),
             )
             log.info("admin: created recipient %s (activation link)", recipient.name)
-            return JsonResponse(
-                {"recipient": recipient_json(recipient), "activationUrl": url}, status_code=201
-            )
+            answer = {"recipient": recipient_json(recipient), "activationUrl": url}
+            return JsonResponse(_warned(answer, warning), status_code=201)
         recipient, issued = repository.create(
             body.name,
             body.shares,
@@ -201,14 +229,10 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         assert issued is not None
         log.info("admin: created recipient %s", recipient.name)
         profile = profile_for(
-            issued,
-            recipient.name,
-            _endpoint(request),
-            version=body.profileVersion,
-            config=config,
+            issued, recipient.name, endpoint, version=body.profileVersion, config=config
         )
         return JsonResponse(
-            {"recipient": recipient_json(recipient), "profile": profile},
+            _warned({"recipient": recipient_json(recipient), "profile": profile}, warning),
             status_code=201,
             headers={"Cache-Control": "no-store"},
         )
@@ -249,6 +273,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         "/recipients/{name}/rotate", summary="Issue a new credential; old ones end after grace"
     )
     def rotate(request: Request, name: str, body: Rotate, repository: Repository) -> JsonResponse:
+        endpoint, warning = _endpoint(request, body.endpoint)
         issued = repository.rotate(
             name,
             grace_seconds=parse_duration(body.grace),
@@ -257,13 +282,11 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         )
         recipient = repository.require(name)
         profile = profile_for(
-            issued,
-            recipient.name,
-            _endpoint(request),
-            version=body.profileVersion,
-            config=config,
+            issued, recipient.name, endpoint, version=body.profileVersion, config=config
         )
-        return JsonResponse({"profile": profile}, headers={"Cache-Control": "no-store"})
+        return JsonResponse(
+            _warned({"profile": profile}, warning), headers={"Cache-Control": "no-store"}
+        )
 
     @app.post("/recipients/{name}/disable", summary="Cut a recipient off")
     def disable(name: str, repository: Repository) -> JsonResponse:

@@ -53,7 +53,6 @@ async def token(request: Request) -> JsonResponse:
             form,
             request.headers.get("authorization"),
             address,
-            token_endpoint_url=str(request.url).split("?", 1)[0],
         )
     except OAuthError as exc:
         if exc.refusal is not None:  # a failed client authentication: audited (app.audit)

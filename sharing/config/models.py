@@ -60,6 +60,7 @@ __all__ = [
     "SIGNING_SECRET_ENV",
     "AdminConfig",
     "AuthorizationConfig",
+    "BasicAuthConfig",
     "LimitsConfig",
     "MetricsConfig",
     "RecipientConfig",
@@ -228,6 +229,10 @@ class LimitsConfig(Section):
     header_read_timeout_seconds: Positive = 10
     body_read_timeout_seconds: Positive = 60
     idle_timeout_seconds: Positive = 5
+    # After a refusal with the request body still arriving (413), what the server reads and
+    # discards before closing, so the client reads the answer instead of a connection reset.
+    drain_body_bytes: Positive = 128 * _MIB
+    drain_timeout_seconds: Positive = 30
     # Open connections beyond this are answered 503 and closed at once.
     max_connections: Positive = 1000
     # Expensive requests (queries, change feeds, metadata and version: snapshot loads) run at
@@ -389,6 +394,27 @@ class StoreConfig(Section):
     failed_auth_audit_per_minute: NonNegative = 10
 
 
+class BasicAuthConfig(Section):
+    """HTTP Basic logins of recipients (passwords under scrypt; sharing.recipients.basic_logins)."""
+
+    # Failed logins per client address and per user name within the window -> 429 with
+    # Retry-After, without checking the password (0: no limit).
+    failed_attempts_per_address: NonNegative = 10
+    failed_attempts_per_user: NonNegative = 30
+    failed_attempts_window_seconds: Annotated[
+        Integer, check(lambda v: 1 <= v <= 86_400, "between 1 and 86400 seconds")
+    ] = 60
+    # Password hashes computed at once per process (each holds 16 MiB at the default scrypt
+    # cost); more logins wait for a slot.
+    max_concurrent_hashes: Annotated[Integer, check(lambda v: 1 <= v <= 64, "between 1 and 64")] = 4
+    # A verified password is remembered this long (0: never), for at most `cacheEntries`
+    # credentials, so a client does not pay a hash per request.
+    cache_seconds: Annotated[
+        Integer, check(lambda v: 0 <= v <= 3600, "between 0 and 3600 seconds")
+    ] = 60
+    cache_entries: Positive = 10_000
+
+
 class AdminConfig(Section):
     """The admin REST API: off unless a token (or its `sha256:` hash) is configured."""
 
@@ -455,6 +481,16 @@ def _public_url(value: str | None) -> str | None:
     if not valid:
         raise Problem("must be an absolute http(s) URL without query or fragment")
     return url.rstrip("/")
+
+
+FORWARDED_HEADERS = ("X-Forwarded-For", "Forwarded")
+
+
+def _forwarded_header(value: str) -> str:
+    for name in FORWARDED_HEADERS:
+        if value.strip().lower() == name.lower():
+            return name
+    raise Problem(f"must be one of {', '.join(FORWARDED_HEADERS)}")
 
 
 def _log_level(value: str) -> str:
@@ -537,6 +573,10 @@ class ServerConfig(Section):
         default_factory=random_secret, repr=False
     )
     public_url: Annotated[OptionalText, AfterValidator(_public_url)] = None
+    # Reverse proxies (CIDRs) whose forwarding header names the client (app.proxies); empty:
+    # no header is believed and the client is the connection's peer.
+    trusted_proxies: Annotated[Texts, AfterValidator(_cidrs)] = ()
+    forwarded_header: Annotated[Text, AfterValidator(_forwarded_header)] = "X-Forwarded-For"
     log_level: Annotated[Text, AfterValidator(_log_level)] = "INFO"
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
@@ -556,6 +596,7 @@ class ServerConfig(Section):
     slow_snapshot_load_ms: NonNegative = 5000
     recipients: Sections[RecipientConfig] = ()
     store: StoreConfig = StoreConfig()
+    basic_auth: BasicAuthConfig = BasicAuthConfig()
     admin: AdminConfig | None = None
     allow_anonymous: Boolean = False
     # Set by the loader, not keys of the file.

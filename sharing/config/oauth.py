@@ -1,6 +1,6 @@
 """The `oauth:` section: Lakeshare's own token endpoint (client credentials and private-key
 JWT assertions), the access tokens it signs, and the external OpenID Connect issuers whose
-access tokens are trusted (federation). See README "OAuth and federation"."""
+access tokens are trusted (federation). See docs/oauth.md."""
 
 from __future__ import annotations
 
@@ -78,6 +78,16 @@ def _pairs(value: object) -> object:
     return value
 
 
+def _recipients(pairs: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A map's values are recipient names (canonical; never a reserved one)."""
+    from sharing.recipients.names import InvalidValue, recipient_name
+
+    try:
+        return tuple((claim, recipient_name(name)) for claim, name in pairs)
+    except InvalidValue as exc:
+        raise Problem(str(exc)) from None
+
+
 Texts = Annotated[tuple[str, ...], BeforeValidator(_texts)]
 Pairs = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_pairs)]
 
@@ -91,7 +101,7 @@ class FederationConfig(Section):
     jwks_url: Annotated[OptionalText, AfterValidator(_https_or_loopback_url)] = None
     audience: Texts = ()
     recipient_claim: Text = "sub"
-    recipient_map: Pairs = ()
+    recipient_map: Annotated[Pairs, AfterValidator(_recipients)] = ()
     algorithms: Annotated[Texts, AfterValidator(_algorithms)] = ("RS256", "ES256")
     jwks_cache_seconds: Annotated[
         Integer, check(lambda v: 1 <= v <= 86_400, "between 1 and 86400 seconds")

@@ -22,7 +22,8 @@ from deltalog import Snapshot
 from deltalog.actions import Metadata
 from deltalog.actions import Protocol as DeltaProtocol
 from sharing.catalog import SharedTable
-from sharing.formats import FileContext, writer_for
+from sharing.formats import FileContext
+from sharing.formats.writers import writer_for
 from sharing.presign.base import Signer
 from sharing.query import capabilities
 from sharing.query.capabilities import Capabilities

@@ -19,9 +19,10 @@ import pyarrow.compute as pc
 from deltalog import Snapshot
 from deltalog.packed_stats import text_table
 from sharing.catalog import SharedTable
-from sharing.formats import FileContext, writer_for
+from sharing.formats import FileContext
 from sharing.formats.ids import with_file_ids
 from sharing.formats.templates import LineTemplates, line_templates
+from sharing.formats.writers import writer_for
 from sharing.presign.base import Signer
 from sharing.query import capabilities
 from sharing.query.capabilities import Capabilities

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Dialect, delete, insert, select
 
-from sharing.recipients.oauth.rate_limit import FailedAttempts
+from sharing.recipients.throttle import FailedAttempts
 from sharing.store import Store
 from sharing.store import schema as t
 from sharing.store.clock import now_ms

@@ -8,7 +8,7 @@ Sources:
   `${ENV}` or `scrypt$` hashes);
 - the store (created at run time by the CLI or the admin API).
 
-Caching (documented in the README): what the store said about a credential is kept in
+Caching (documented in docs/recipients.md): what the store said about a credential is kept in
 memory and reused until the store's `recipients` change counter moves; the counter is read
 at most once per `cache_seconds` (default 2 s). So a revocation, a disable or a new grant
 made by any process on the same store is enforced by every process within `cache_seconds`,
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import logging
 import threading
 import time
@@ -35,13 +34,13 @@ from typing import Protocol
 
 from sharing.config import ServerConfig
 from sharing.errors import Unauthenticated
+from sharing.recipients.basic_logins import BasicLogins, TooManyFailedLogins
 from sharing.recipients.hashing import (
     hash_token,
     is_password_hash,
     is_token_hash,
     token_credential_id,
     token_matches,
-    verify_password,
 )
 from sharing.recipients.model import (
     ANONYMOUS,
@@ -52,7 +51,10 @@ from sharing.recipients.model import (
     RecipientSource,
 )
 from sharing.recipients.names import (
+    ADMIN_RECIPIENT,
     ALL_SHARES,
+    BEARER_TOKEN_RECIPIENT,
+    is_recipient_name,
     parse_instant,
     parse_networks,
     recipient_name,
@@ -73,11 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("lakeshare.recipients")
-
-BEARER_TOKEN_RECIPIENT = "_bearer_token"
-"""The recipient `authorization.bearerToken` stands for (a name the CLI cannot create)."""
-ADMIN_RECIPIENT = "_admin"
-"""Who the audit trail names for the admin API's requests (no recipient can be called so)."""
 
 DEFAULT_CACHE_SECONDS = 2.0
 _MAX_HEADER_CHARS = 8192
@@ -163,7 +160,7 @@ class RecipientDirectory:
         self._checked_at = float("-inf")
         self._credentials: dict[str, _Entry | None] = {}
         self._recipients: dict[str, Recipient | None] = {}
-        self._passwords: dict[bytes, str] = {}  # digest of "user:password" -> credential id
+        self.logins = BasicLogins(config.basic_auth, clock=clock)  # throttles, hash slots
         self._store_has_recipients = False
         self.on_used: Callable[[str, int], None] | None = None
         self._refresh(force=True)
@@ -198,6 +195,18 @@ class RecipientDirectory:
             return False
         return stale or bool(self._verifiers)
 
+    def checks_password(self, authorization: str | None) -> bool:
+        """Whether `authenticate(authorization, ...)` may compute a password hash (a Basic
+        login not remembered from a recent check): the caller runs it where hashes are
+        bounded (app.auth), never on the event loop."""
+        if not authorization:
+            return False
+        scheme, _, value = authorization.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        pair = _basic_pair(value.strip())
+        return pair is not None and self.logins.recall(self.logins.key(*pair)) is None
+
     def add_verifier(self, verifier: BearerVerifier) -> None:
         self._verifiers.append(verifier)
 
@@ -224,7 +233,7 @@ class RecipientDirectory:
                         )
                 raise _invalid(self._claimed_by(value))
         elif scheme == "basic" and value:
-            entry = self._basic(value)
+            entry = self._basic(value, client)
             if entry is None:
                 raise Challenge(
                     "The username or password is invalid or has expired.",
@@ -249,7 +258,11 @@ class RecipientDirectory:
         self, recipient_name_: str, credential_id: str | None, client: str | None
     ) -> Principal:
         """The principal for a recipient already identified by some other means (a verified
-        access token); applies state, expiry, IP allow-list; 401 for an unknown recipient."""
+        access token); applies state, expiry, IP allow-list; 401 for an unknown recipient.
+        The name must be a recipient's exactly (canonical, not reserved): an identity named
+        by someone else is never case-folded, trimmed, or taken for the server's own."""
+        if not is_recipient_name(recipient_name_):
+            raise _invalid()
         recipient = self.recipient(recipient_name_)
         if recipient is None:
             raise _invalid()
@@ -351,26 +364,33 @@ class RecipientDirectory:
         entry = self._config_tokens.get(hash_token(token))
         return entry
 
-    def _basic(self, value: str) -> _Entry | None:
-        try:
-            decoded = base64.b64decode(value, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+    def _basic(self, value: str, client: str | None) -> _Entry | None:
+        """The credential a Basic login names and proves; throttled and bounded by
+        `self.logins` (sharing.recipients.basic_logins)."""
+        pair = _basic_pair(value)
+        if pair is None:
+            self.logins.failed("", client)
             return None
-        username, sep, password = decoded.partition(":")
-        if not sep or not username or not password:
-            return None
-        key = hashlib.sha256(decoded.encode("utf-8")).digest()
+        username, password = pair
+        key = self.logins.key(username, password)
         self._refresh()
-        known = self._passwords.get(key)
+        known = self.logins.recall(key)
         if known is not None:
             cached = self._config_or_store_credential(known)
-            if cached is not None:
+            if cached is not None and cached[0].secret_hash:
                 return cached
-        for entry in self._basic_candidates(username):
-            credential = entry[0]
-            if credential.secret_hash and verify_password(password, credential.secret_hash):
-                self._passwords[key] = credential.id
+            self.logins.forget(key)
+        wait = self.logins.retry_after(username, client)
+        if wait is not None:
+            raise TooManyFailedLogins(wait, self._claimed_by_user(value).recipient)
+        candidates = [entry for entry in self._basic_candidates(username) if entry[0].secret_hash]
+        for entry in candidates:
+            if self.logins.check(password, entry[0].secret_hash or ""):
+                self.logins.remember(key, entry[0].id)
                 return entry
+        if not candidates:  # as costly as a known user name's wrong password
+            self.logins.check_nothing(password)
+        self.logins.failed(username, client)
         return None
 
     def _config_or_store_credential(self, credential_id: str) -> _Entry | None:
@@ -408,7 +428,7 @@ class RecipientDirectory:
             if counter != self._seen_counter:
                 self._credentials = {}
                 self._recipients = {}
-                self._passwords = {}
+                self.logins.forget_all()
                 self._store_has_recipients = bool(
                     self.repository is not None and self.repository.any()
                 )
@@ -472,6 +492,18 @@ class RecipientDirectory:
                         expires_at=expires,
                     )
                     self._config_tokens[digest] = (credential, recipient)
+
+
+def _basic_pair(value: str) -> tuple[str, str] | None:
+    """User name and password of a Basic credential (RFC 7617), None when malformed."""
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    username, sep, password = decoded.partition(":")
+    if not sep or not username or not password:
+        return None
+    return username, password
 
 
 def _instant_ms(value: str | None) -> int | None:

@@ -19,6 +19,7 @@ import re
 import secrets
 
 __all__ = [
+    "PASSWORD_HASH_BYTES",
     "TOKEN_PREFIX",
     "hash_password",
     "hash_token",
@@ -29,6 +30,7 @@ __all__ = [
     "new_token",
     "token_credential_id",
     "token_matches",
+    "unmatchable_password_hash",
     "verify_password",
 ]
 
@@ -75,6 +77,26 @@ def hash_password(password: str) -> str:
     return "$".join(
         ("scrypt", str(_SCRYPT_N), str(_SCRYPT_R), str(_SCRYPT_P), _b64(salt), _b64(digest))
     )
+
+
+def unmatchable_password_hash() -> str:
+    """A `scrypt$...` hash at the default cost that no password matches (random salt and
+    digest, made without hashing): checking a password against it costs what checking a
+    real one costs."""
+    return "$".join(
+        (
+            "scrypt",
+            str(_SCRYPT_N),
+            str(_SCRYPT_R),
+            str(_SCRYPT_P),
+            _b64(secrets.token_bytes(16)),
+            _b64(secrets.token_bytes(32)),
+        )
+    )
+
+
+PASSWORD_HASH_BYTES = 128 * _SCRYPT_R * _SCRYPT_N
+"""What one password check holds at the default cost (scrypt's 128 * r * N bytes: 16 MiB)."""
 
 
 def verify_password(password: str, stored_hash: str) -> bool:

@@ -4,11 +4,16 @@ both store dialects and in the configuration)."""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sharing.recipients.names import ALL_SHARES, IpNetwork, Properties
+from sharing.recipients.names import (
+    ALL_SHARES,
+    ANONYMOUS_RECIPIENT,
+    IpNetwork,
+    Properties,
+    address_in,
+)
 from sharing.store.clock import now_ms
 
 __all__ = [
@@ -60,17 +65,7 @@ class Recipient:
 
     def allows_address(self, address: str | None) -> bool:
         """Whether a request from `address` may be served (no list: from anywhere)."""
-        if not self.ip_allow_list:
-            return True
-        if not address:
-            return False
-        try:
-            ip = ipaddress.ip_address(address.split("%", 1)[0])
-        except ValueError:
-            return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        return any(ip.version == net.version and ip in net for net in self.ip_allow_list)
+        return not self.ip_allow_list or address_in(address, self.ip_allow_list)
 
 
 @dataclass(frozen=True)
@@ -125,4 +120,6 @@ class Principal:
         return ALL_SHARES in self.shares
 
 
-ANONYMOUS = Principal(recipient="anonymous", credential_id=None, shares=frozenset({ALL_SHARES}))
+ANONYMOUS = Principal(
+    recipient=ANONYMOUS_RECIPIENT, credential_id=None, shares=frozenset({ALL_SHARES})
+)

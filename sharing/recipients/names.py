@@ -8,12 +8,19 @@ import re
 from datetime import UTC, datetime
 
 __all__ = [
+    "ADMIN_RECIPIENT",
     "ALL_SHARES",
+    "ANONYMOUS_RECIPIENT",
+    "BEARER_TOKEN_RECIPIENT",
     "MAX_PROPERTIES",
     "MAX_PROPERTY_VALUE_BYTES",
+    "RESERVED_NAMES",
     "InvalidValue",
     "IpNetwork",
     "Properties",
+    "address_in",
+    "is_recipient_name",
+    "parse_address",
     "parse_duration",
     "parse_instant",
     "parse_networks",
@@ -27,6 +34,17 @@ __all__ = [
 ALL_SHARES = "*"
 """A grant of every share (what `authorization.bearerToken` means)."""
 
+BEARER_TOKEN_RECIPIENT = "_bearer_token"
+"""The recipient `authorization.bearerToken` stands for (it sees every share)."""
+ADMIN_RECIPIENT = "_admin"
+"""Who the audit trail names for the admin API's requests."""
+ANONYMOUS_RECIPIENT = "anonymous"
+"""Who requests are served as when no authorization is configured (it sees every share)."""
+RESERVED_NAMES = frozenset({BEARER_TOKEN_RECIPIENT, ADMIN_RECIPIENT, ANONYMOUS_RECIPIENT})
+"""Names the server gives its own principals: no recipient of the configuration, the store
+(CLI, admin API), a federated token or a `recipientMap` can be one of them. Names starting
+with '_' are refused by the name rule as well, so the server may add more of those."""
+
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
@@ -39,14 +57,24 @@ class InvalidValue(ValueError):
 
 
 def recipient_name(value: str) -> str:
-    """The canonical (lower-case) recipient name, or InvalidValue saying what is allowed."""
+    """The canonical (lower-case) recipient name, or InvalidValue saying what is allowed
+    (a reserved name is refused as well)."""
     name = value.strip().lower()
     if not _NAME.fullmatch(name):
         raise InvalidValue(
             f"invalid recipient name {value[:80]!r}: use 1 to 64 letters, digits, '_', '.' or "
             "'-', starting with a letter or digit"
         ) from None
+    if name in RESERVED_NAMES:
+        raise InvalidValue(f"the recipient name '{name}' is reserved for the server's own use")
     return name
+
+
+def is_recipient_name(value: str) -> bool:
+    """Whether `value` is, exactly as given, a recipient's canonical name: lower-case, no
+    surrounding blanks, not reserved. Identities asserted by others (federated tokens) must
+    be one, so that no case folding or trimming turns one identity into another."""
+    return _NAME.fullmatch(value) is not None and value not in RESERVED_NAMES
 
 
 def parse_duration(value: str) -> int:
@@ -136,3 +164,23 @@ def property_assignment(text: str) -> tuple[str, str]:
         raise InvalidValue(f"expected KEY=VALUE, got {text[:80]!r}")
     name = property_key(key)
     return name, property_value(name, value)
+
+
+def parse_address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An IP address as a socket or a proxy header gives it (an IPv6 zone is dropped, an
+    IPv4-mapped IPv6 address is its IPv4 address), or None when it is not one."""
+    try:
+        ip = ipaddress.ip_address(value.strip().split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def address_in(address: str | None, networks: tuple[IpNetwork, ...]) -> bool:
+    """Whether `address` (text) is an IP address inside one of `networks`."""
+    ip = parse_address(address) if address else None
+    if ip is None:
+        return False
+    return any(ip.version == net.version and ip in net for net in networks)

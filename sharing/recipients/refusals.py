@@ -25,6 +25,7 @@ class Reason(StrEnum):
     RECIPIENT_DISABLED = "recipient_disabled"
     RECIPIENT_EXPIRED = "recipient_expired"
     ADDRESS_NOT_ALLOWED = "address_not_allowed"
+    TOO_MANY_FAILED_LOGINS = "too_many_failed_logins"  # throttled before any check (429)
     FORBIDDEN = "forbidden"
     # Signed file URLs (sharing.presign.local_verify).
     URL_NOT_SIGNED = "url_not_signed"

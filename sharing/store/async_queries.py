@@ -6,46 +6,14 @@ returns that one — atomic on both dialects without dialect-specific upserts.""
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Connection,
-    Index,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    and_,
-    delete,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from sharing.query.async_store import FAILED, PENDING, READY, StoredQuery
-from sharing.store.schema import metadata
+from sharing.store.schema import async_queries
 from sharing.store.store import Store
 
-__all__ = ["StoreQueryStore", "async_queries", "create_tables"]
-
-async_queries = Table(
-    "async_queries",
-    metadata,
-    Column("query_id", String(100), primary_key=True),
-    Column("table_id", String(255), nullable=False),
-    Column("idempotency_key", String(255), nullable=False),
-    Column("fingerprint", String(255), nullable=False),
-    Column("request", Text, nullable=False),
-    Column("created_ms", BigInteger, nullable=False),
-    Column("expires_ms", BigInteger, nullable=False),
-    Column("lease_until_ms", BigInteger, nullable=False),
-    Column("status", String(20), nullable=False),
-    Column("pin", Text, nullable=True),
-    Column("error", Text, nullable=True),
-    UniqueConstraint("table_id", "idempotency_key", name="async_queries_key"),
-)
-Index("async_queries_expiry", async_queries.c.expires_ms)
+__all__ = ["StoreQueryStore"]
 
 _FIELDS = (
     "query_id",
@@ -60,10 +28,6 @@ _FIELDS = (
     "pin",
     "error",
 )
-
-
-def create_tables(connection: Connection) -> None:
-    async_queries.create(connection)
 
 
 def _stored(row: object) -> StoredQuery:

@@ -48,15 +48,11 @@ def _recipients_v1(connection: Connection) -> None:
 
 
 def _oauth_jtis(connection: Connection) -> None:
-    from sharing.recipients.oauth.store_ledger import create_tables
-
-    create_tables(connection)
+    schema.oauth_assertion_jtis.create(connection)
 
 
 def _async_queries(connection: Connection) -> None:
-    from sharing.store.async_queries import create_tables
-
-    create_tables(connection)
+    schema.async_queries.create(connection)
 
 
 def add_missing_column(connection: Connection, table: Table, name: str) -> None:

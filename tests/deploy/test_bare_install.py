@@ -178,3 +178,19 @@ def test_serve_runs_from_the_bare_install(
         stop(process)
         log.close()
     assert process.returncode is not None
+
+
+def test_iceberg_generator_imports_from_the_bare_install(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The Iceberg metadata generator's Avro library is a declared runtime dependency."""
+    bin_dir, env = installed
+    result = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import sharing.iceberg.generator"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr

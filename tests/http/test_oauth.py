@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import delta_sharing
 import httpx
@@ -21,6 +22,9 @@ import jwt
 import pytest
 from deltalake import DeltaTable
 
+from app.cli import main as lakeshare
+from client.profile import Profile
+from client.rest import SharingClient
 from sharing.recipients.oauth.public_keys import generate_key_pair
 from tests.http.oauth_support import TABLE, cli, create, serving
 from tests.support.server import RunningServer
@@ -80,27 +84,54 @@ def test_client_credentials_profile_reads_the_granted_table(
 def test_private_key_jwt_profile_reads_the_granted_table(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     server: tuple[Path, RunningServer],
     expected_rows: int,
 ) -> None:
+    """The generated key goes beside the profile, which names it by its file name: the
+    recipient who keeps the two files together anywhere else reads the table, with the
+    official client (which opens the key relative to its working directory) and ours (which
+    resolves it against the profile's directory, from any working directory). Before, the
+    profile held the provider's absolute path, gone once the files moved."""
     config_file, running = server
-    key_file = tmp_path / "globex-key.pem"
-    profile = create(
-        capsys,
-        config_file,
-        running,
-        "globex",
-        "--share",
-        "sales",
-        "--type",
-        "private-key-jwt",
-        "--private-key-out",
-        str(key_file),
+    provider, recipient, elsewhere = (tmp_path / d for d in ("provider", "recipient", "other"))
+    for directory in (provider, recipient, elsewhere):
+        directory.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code = lakeshare(
+        [
+            "recipients",
+            "create",
+            "globex",
+            "--config",
+            str(config_file),
+            "--endpoint",
+            running.base_url + "/",
+            "--share",
+            "sales",
+            "--type",
+            "private-key-jwt",
+            "--profile-out",
+            str(provider / "globex.share"),
+        ]
     )
-    assert profile["type"] == "oauth_jwt_bearer_private_key_jwt"
-    assert profile["auth"]["privateKey"]["privateKeyFile"] == str(key_file)
+    assert code == 0
+    said = capsys.readouterr().err
+    assert "names it 'globex-private-key.pem', relative to the profile's directory" in said
+    key_file = provider / "globex-private-key.pem"
     assert "PRIVATE KEY" in key_file.read_text() and key_file.stat().st_mode & 0o077 == 0
-    reads_only_sales(write_profile(tmp_path, profile, "globex"), expected_rows)
+    profile = json.loads((provider / "globex.share").read_text())
+    assert profile["type"] == "oauth_jwt_bearer_private_key_jwt"
+    assert profile["auth"]["privateKey"]["privateKeyFile"] == "globex-private-key.pem"
+    for name in ("globex.share", "globex-private-key.pem"):  # handed over, then gone here
+        (provider / name).rename(recipient / name)
+    provider.rmdir()
+
+    monkeypatch.chdir(recipient)
+    reads_only_sales(recipient / "globex.share", expected_rows)
+    monkeypatch.chdir(elsewhere)
+    ours = SharingClient(Profile.read(recipient / "globex.share"))
+    assert [t.name for t in ours.list_all_tables()] == ["t"]
 
 
 def test_registered_es256_public_key(
@@ -377,3 +408,65 @@ def test_jwks_of_an_asymmetric_key(tmp_path: Path) -> None:
         keys = httpx.get(running.url("/.well-known/jwks.json")).json()["keys"]
         assert [(k["kty"], k["kid"], k["alg"]) for k in keys] == [("EC", "s1", "ES256")]
         assert "d" not in keys[0]
+
+
+def _assertion(key_file: Path, auth: dict[str, Any], aud: str) -> str:
+    now = int(time.time())
+    claims = {"iss": auth["clientId"], "aud": aud, "exp": now + 60, "jti": str(uuid.uuid4())}
+    headers = {"kid": auth["privateKey"]["keyId"]}
+    return jwt.encode(claims, key_file.read_text(), "RS256", headers=headers)
+
+
+@pytest.mark.parametrize("public_url", [None, "https://share.example.com"])
+def test_the_assertion_audience_never_follows_the_host_header(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, public_url: str | None
+) -> None:
+    """Issue 20, finding 7: an assertion for `http://evil.example/.../oauth/token` was
+    accepted when the request said `Host: evil.example` (the audience was the request's
+    URL). Only the configured issuer, and the public URL's token endpoint, are audiences."""
+    extra: dict[str, Any] = {"publicUrl": public_url} if public_url else {}
+    with serving(tmp_path, **extra) as (config_file, running):
+        key_file = tmp_path / "k.pem"
+        profile = create(
+            capsys,
+            config_file,
+            running,
+            "globex",
+            "--share",
+            "sales",
+            "--type",
+            "private-key-jwt",
+            "--private-key-out",
+            str(key_file),
+        )
+        auth = profile["auth"]
+        grant = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+        url = token_url(running)
+        parts = urlsplit(url)
+        # A made-up host, and even the real one the client connected to: neither is configured.
+        for host in ("evil.example", parts.netloc):
+            forged = f"http://{host}{parts.path}"
+            response = httpx.post(
+                url,
+                data={"grant_type": grant, "assertion": _assertion(key_file, auth, forged)},
+                headers={"Host": host},
+            )
+            assert response.status_code == 400, (host, response.text)
+            assert response.json()["error"] == "invalid_grant"
+            assert "aud" in response.json()["error_description"]
+        # What the profile names (the issuer) is accepted whatever the Host header says.
+        expected = public_url + "/delta-sharing" if public_url else "urn:lakeshare:/delta-sharing"
+        assert auth["issuer"] == expected
+        accepted = httpx.post(
+            url,
+            data={"grant_type": grant, "assertion": _assertion(key_file, auth, auth["issuer"])},
+            headers={"Host": "evil.example"},
+        )
+        assert accepted.status_code == 200, accepted.text
+        if public_url:  # RFC 7523: the token endpoint's (public) URL is an audience too
+            endpoint_url = f"{public_url}/delta-sharing/oauth/token"
+            by_url = httpx.post(
+                url,
+                data={"grant_type": grant, "assertion": _assertion(key_file, auth, endpoint_url)},
+            )
+            assert by_url.status_code == 200, by_url.text

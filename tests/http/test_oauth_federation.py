@@ -20,8 +20,9 @@ import jwt
 import pytest
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
+from sharing.config import ConfigError, load_config
 from sharing.recipients.oauth.public_keys import generate_key_pair, load_public_key
-from tests.http.oauth_support import serving
+from tests.http.oauth_support import cli, serving, write_config
 from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.slow
@@ -177,3 +178,75 @@ def test_bad_federated_tokens_are_401(issuer: StandInIssuer, running: RunningSer
         assert response.status_code == 401, response.text
         assert response.json()["errorCode"] == "UNAUTHENTICATED"
     assert shares(running, issuer.token("key-1")).status_code == 200
+
+
+def _failed_audit(
+    config_file: Path, capsys: pytest.CaptureFixture[str], count: int
+) -> list[dict[str, Any]]:
+    """The refusals `lakeshare audit --failed` prints, polled until `count` are there (the
+    server's audit writer flushes about once a second)."""
+    deadline = time.monotonic() + 15
+    while True:
+        out = cli(capsys, "audit", "--config", str(config_file), "--format", "json", "--failed")
+        events = [json.loads(line) for line in out.splitlines() if line]
+        if len(events) >= count or time.monotonic() > deadline:
+            return events
+        time.sleep(0.2)
+
+
+def test_a_subject_is_matched_exactly_and_never_a_reserved_name(
+    issuer: StandInIssuer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 20, finding 2: without `recipientMap`, `sub: _bearer_token` was served as the
+    configured all-shares token's recipient, and `ALICE` or ` alice ` as `alice`."""
+    federation = {"issuer": issuer.url, "audience": [AUDIENCE]}  # no recipientMap
+    recipients = [{"name": "alice", "shares": ["sales"]}]
+    extra = {
+        "authorization": {"bearerToken": "configured-all-shares-token-0123456789"},
+        "recipients": recipients,
+        "oauth": {"federation": [federation]},
+        "store": {
+            "url": f"sqlite:///{tmp_path / 'state.db'}",
+            "cacheSeconds": 1,
+            "failedAuthAuditPerMinute": 50,
+        },
+    }
+    with serving(tmp_path, **extra) as (config_file, server):
+        cli(capsys, "recipients", "create", "anna", "--config", str(config_file), "--share", "hr")
+        refused_subjects = ["_bearer_token", "_admin", "anonymous", "ALICE", " alice ", "alice\n"]
+        refused_subjects += ["Anna", "anna "]
+        for subject in refused_subjects:
+            response = shares(server, issuer.token("key-1", sub=subject))
+            assert response.status_code == 401, (subject, response.text)
+            assert response.json()["errorCode"] == "UNAUTHENTICATED"
+            assert "recipient name" in response.json()["message"]
+            listed = httpx.get(
+                server.url("/shares/hr/schemas/d/tables/t/version"),
+                headers={"Authorization": f"Bearer {issuer.token('key-1', sub=subject)}"},
+            )
+            assert listed.status_code == 401, (subject, listed.text)
+        alice = shares(server, issuer.token("key-1", sub="alice"))
+        assert alice.status_code == 200, alice.text
+        assert [s["name"] for s in alice.json()["items"]] == ["sales"]
+        anna = shares(server, issuer.token("key-1", sub="anna"))
+        assert [s["name"] for s in anna.json()["items"]] == ["hr"]
+        failed = _failed_audit(config_file, capsys, 2 * len(refused_subjects))
+    assert len(failed) == 2 * len(refused_subjects)
+    assert {(e["status"], e["reason"]) for e in failed} == {(401, "invalid_credentials")}
+    assert not any(e.get("recipient") for e in failed)  # no refusal is put on anyone
+
+
+def test_a_recipient_map_cannot_name_a_reserved_recipient(
+    issuer: StandInIssuer, tmp_path: Path
+) -> None:
+    for reserved in ("_bearer_token", "_admin", "anonymous"):
+        federation = {
+            "issuer": issuer.url,
+            "audience": [AUDIENCE],
+            "recipientMap": {"app-acme": reserved},
+        }
+        config_file = write_config(tmp_path, oauth={"federation": [federation]})
+        with pytest.raises(ConfigError) as refused:
+            load_config(config_file)
+        assert "recipientMap" in str(refused.value)
+        assert reserved in str(refused.value)

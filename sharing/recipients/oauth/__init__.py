@@ -9,7 +9,6 @@ tokens of external OpenID Connect issuers (federation).
 - `assertions`: checking a client's signed assertion (RFC 7523).
 - `replay`: the record of assertion ids already used (`jti`), shared by replicas.
 - `federation`: external issuers, their JWKS cached with rate-limited refetch on rotation.
-- `rate_limit`: failed authentications per client address.
 - `clients`: what the token endpoint needs to know of a registered client.
 - `token_service`: the token endpoint's logic, without HTTP.
 - `verifier`: bearer tokens of the two kinds above, for the recipient directory.

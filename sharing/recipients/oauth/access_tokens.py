@@ -37,6 +37,7 @@ __all__ = [
     "AccessTokens",
     "InvalidAccessToken",
     "IssuedAccessToken",
+    "assertion_audiences",
     "issuer_of",
     "unverified_parts",
 ]
@@ -72,6 +73,18 @@ def issuer_of(config: ServerConfig) -> str:
     if config.public_url:
         return config.public_url + config.endpoint
     return f"urn:lakeshare:{config.endpoint}"
+
+
+def assertion_audiences(config: ServerConfig) -> tuple[str, ...]:
+    """What a client assertion's `aud` may name: the issuer (`issuer_of`, which profiles
+    write), and — only when `publicUrl` says where the server is — the token endpoint's public
+    URL (RFC 7523 allows either). Never anything taken from a request (its Host header is
+    the client's to choose), nor the listening host and port (a wildcard address, a port
+    the command line overrides, or a proxy in front: none of them names the public URL)."""
+    audiences = [issuer_of(config)]
+    if config.public_url:
+        audiences.append(config.public_url + config.endpoint + config.oauth.token_path)
+    return tuple(dict.fromkeys(audiences))
 
 
 def unverified_parts(token: str) -> tuple[dict[str, Any], dict[str, Any]] | None:

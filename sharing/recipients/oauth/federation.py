@@ -7,6 +7,11 @@ Per issuer (`oauth.federation[]`): the token must be signed by a key of the issu
 of `algorithms` (asymmetric only), name the issuer as `iss` and one of `audience` as `aud`,
 and be unexpired. The claim `recipientClaim` (default `sub`) names the recipient, through
 `recipientMap` when it is given (a value missing from the map is refused), else directly.
+Matching is exact: the map's keys are compared as written, and a claim used directly must
+already be a recipient's canonical name (lower-case, no surrounding blanks) — no case
+folding or trimming, so that two identities at the issuer never become one recipient here —
+and never a reserved name (`_bearer_token`, `_admin`, `anonymous`; see
+sharing.recipients.names).
 
 JWKS caching and rotation: the key set is fetched on first use and kept `jwksCacheSeconds`
 (default 600 s). A token whose `kid` is not in the cached set triggers one refetch, at most
@@ -30,6 +35,7 @@ from typing import Any
 import jwt
 
 from sharing.config.oauth import FederationConfig
+from sharing.recipients.names import is_recipient_name
 from sharing.recipients.oauth.public_keys import InvalidPublicKey, PublicKey, load_public_key
 
 __all__ = [
@@ -232,7 +238,12 @@ class FederatedIssuer:
             mapped = self.recipient_map.get(value)
             if mapped is None:
                 raise InvalidFederatedToken("the token's subject is not mapped to a recipient")
-            return mapped
+            value = mapped
+        if not is_recipient_name(value):
+            raise InvalidFederatedToken(
+                f"the token's '{self.config.recipient_claim}' is not a recipient name (matched "
+                "exactly: lower-case, no blanks, not a reserved name)"
+            )
         return value
 
 

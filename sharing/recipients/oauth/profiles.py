@@ -32,14 +32,15 @@ class ProfileSettings:
     """What of the configuration a profile depends on."""
 
     token_path: str = "/oauth/token"
-    issuer: str | None = None  # None: the token endpoint's URL is the assertions' audience
+    issuer: str | None = None  # None (no configuration): the token endpoint's URL
 
     @classmethod
     def of(cls, config: ServerConfig | None) -> ProfileSettings:
+        """The configuration's settings: the assertions' audience is always its issuer (one
+        of `assertion_audiences`, whatever URL the profile's endpoint was written with)."""
         if config is None:
             return cls()
-        named = bool(config.oauth.issuer or config.public_url)
-        return cls(config.oauth.token_path, issuer_of(config) if named else None)
+        return cls(config.oauth.token_path, issuer_of(config))
 
     def token_endpoint(self, endpoint_url: str) -> str:
         return endpoint_url.rstrip("/") + self.token_path

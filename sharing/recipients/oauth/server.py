@@ -8,16 +8,16 @@ from dataclasses import dataclass
 
 from sharing.config import ServerConfig
 from sharing.recipients.directory import RecipientDirectory, VerifiedToken
-from sharing.recipients.oauth.access_tokens import AccessTokens
+from sharing.recipients.oauth.access_tokens import AccessTokens, assertion_audiences
 from sharing.recipients.oauth.assertions import AssertionChecker
 from sharing.recipients.oauth.directory_clients import DirectoryClients
 from sharing.recipients.oauth.federation import Federation
-from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.recipients.oauth.replay import JtiLedger, MemoryJtiLedger
 from sharing.recipients.oauth.signing import access_token_key, previous_access_token_keys
 from sharing.recipients.oauth.store_ledger import StoreJtiLedger
 from sharing.recipients.oauth.token_service import TokenService
 from sharing.recipients.oauth.verifier import OAuthBearerVerifier
+from sharing.recipients.throttle import FailedAttempts
 
 __all__ = ["OAuthServer", "open_oauth"]
 
@@ -66,6 +66,7 @@ def open_oauth(config: ServerConfig, directory: RecipientDirectory) -> OAuthServ
             leeway_seconds=oauth.clock_skew_seconds,
         ),
         FailedAttempts(oauth.failed_attempts_limit, oauth.failed_attempts_window_seconds),
+        audiences=assertion_audiences(config),
     )
     federation = Federation.from_configs(oauth.federation, leeway_seconds=oauth.clock_skew_seconds)
     verifier = OAuthBearerVerifier(tokens, federation, registry)

@@ -26,8 +26,8 @@ from sharing.recipients.oauth.access_tokens import AccessTokens
 from sharing.recipients.oauth.assertions import AssertionChecker, InvalidAssertion
 from sharing.recipients.oauth.clients import ClientKind, ClientRegistry, RegisteredClient
 from sharing.recipients.oauth.errors import OAuthError, RateLimited
-from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.recipients.refusals import Reason, Refusal, refusal_of
+from sharing.recipients.throttle import FailedAttempts
 
 __all__ = [
     "CLIENT_ASSERTION_TYPE",
@@ -78,6 +78,8 @@ class TokenService:
         self.tokens = tokens
         self.assertions = assertions
         self.failed_attempts = failed_attempts
+        # What a client assertion's aud may name: fixed by the configuration
+        # (access_tokens.assertion_audiences), never taken from a request.
         self.audiences = tuple(dict.fromkeys([tokens.issuer, *audiences]))
 
     def exchange(
@@ -85,15 +87,13 @@ class TokenService:
         form: dict[str, str],
         authorization: str | None,
         address: str | None,
-        *,
-        token_endpoint_url: str | None = None,
     ) -> dict[str, Any]:
         """The token response for a token request, or OAuthError."""
         wait = self.failed_attempts.retry_after(address)
         if wait is not None:
             raise RateLimited(wait)
         try:
-            return self._exchange(form, authorization, address, token_endpoint_url)
+            return self._exchange(form, authorization, address)
         except OAuthError as exc:
             if exc.error in _FAILURES:
                 self.failed_attempts.failed(address)
@@ -108,20 +108,18 @@ class TokenService:
         form: dict[str, str],
         authorization: str | None,
         address: str | None,
-        token_endpoint_url: str | None,
     ) -> dict[str, Any]:
         grant_type = form.get("grant_type", "")
         if not grant_type:
             raise OAuthError.invalid_request("grant_type is missing")
-        audiences = [*self.audiences, *([token_endpoint_url] if token_endpoint_url else [])]
         if grant_type == CLIENT_CREDENTIALS:
-            client = self._authenticated_client(form, authorization, audiences)
+            client = self._authenticated_client(form, authorization)
         elif grant_type == JWT_BEARER:
             assertion = form.get("assertion", "")
             if not assertion:
                 raise OAuthError.invalid_request("assertion is missing")
             try:
-                client = self.assertions.check(assertion, audiences)
+                client = self.assertions.check(assertion, self.audiences)
             except InvalidAssertion as exc:
                 raise OAuthError.invalid_grant(str(exc)) from None
         else:
@@ -153,7 +151,7 @@ class TokenService:
         return response
 
     def _authenticated_client(
-        self, form: dict[str, str], authorization: str | None, audiences: list[str]
+        self, form: dict[str, str], authorization: str | None
     ) -> RegisteredClient:
         basic = _basic_credentials(authorization)
         assertion_type = form.get("client_assertion_type")
@@ -166,7 +164,7 @@ class TokenService:
                     f"client_assertion_type must be {CLIENT_ASSERTION_TYPE}"
                 )
             try:
-                return self.assertions.check(form.get("client_assertion", ""), audiences)
+                return self.assertions.check(form.get("client_assertion", ""), self.audiences)
             except InvalidAssertion as exc:
                 raise OAuthError.invalid_client(str(exc)) from None
         if basic is not None:

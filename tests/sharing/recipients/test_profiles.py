@@ -35,8 +35,8 @@ def test_the_default_bearer_profile_is_one_the_official_client_uses() -> None:
 
 
 def test_the_official_client_1_4_refuses_a_version_2_bearer_profile() -> None:
-    """Documented in the README ("--profile-version 2"): when a client release accepts it,
-    this fails and the README's advice is due for an update."""
+    """Documented in docs/recipients.md ("--profile-version 2"): when a client release accepts it,
+    this fails and that advice is due for an update."""
     assert delta_sharing.__version__.startswith("1.4.")
     document = profile_for(ISSUED, "acme", "https://h/delta-sharing/", version=2)
     assert document["type"] == "bearer_token"

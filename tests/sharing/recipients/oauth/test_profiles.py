@@ -54,7 +54,8 @@ def test_private_key_jwt_profile() -> None:
     parsed = DeltaSharingProfile.from_json(json.dumps(profile))
     assert parsed.type == "oauth_jwt_bearer_private_key_jwt"
     assert parsed.token_endpoint == ENDPOINT + "/token"
-    assert parsed.issuer == ENDPOINT + "/token"  # no issuer configured: the token endpoint
+    # No issuer nor publicUrl configured: the name the server accepts whatever its Host.
+    assert parsed.issuer == "urn:lakeshare:/delta-sharing"
     assert parsed.audience == ENDPOINT
     assert parsed.private_key == {
         "privateKeyFile": "/tmp/key.pem",

@@ -14,7 +14,6 @@ import pytest
 from sharing.recipients.oauth.access_tokens import AccessTokens
 from sharing.recipients.oauth.assertions import AssertionChecker
 from sharing.recipients.oauth.errors import OAuthError, RateLimited
-from sharing.recipients.oauth.rate_limit import FailedAttempts
 from sharing.recipients.oauth.replay import MemoryJtiLedger
 from sharing.recipients.oauth.signing import AccessTokenKey
 from sharing.recipients.oauth.token_service import (
@@ -24,6 +23,7 @@ from sharing.recipients.oauth.token_service import (
     TokenService,
     parse_form,
 )
+from sharing.recipients.throttle import FailedAttempts
 from tests.sharing.recipients.oauth.memory_registry import MemoryRegistry
 
 ISSUER = "urn:lakeshare:/delta-sharing"
@@ -60,6 +60,7 @@ def service(registry: MemoryRegistry, clock: Clock) -> TokenService:
         tokens,
         AssertionChecker(registry, MemoryJtiLedger()),
         FailedAttempts(3, 60, clock=clock),
+        audiences=[URL],
     )
 
 
@@ -95,7 +96,7 @@ def test_client_secret_post_and_client_assertion(
         "client_assertion_type": CLIENT_ASSERTION_TYPE,
         "client_assertion": assertion(rsa_pair[0], aud=URL),
     }
-    body = service.exchange(form, None, "a", token_endpoint_url=URL)
+    body = service.exchange(form, None, "a")
     assert service.tokens.verify(body["access_token"]).client_id == "kid1"
 
 

@@ -1,10 +1,13 @@
-"""Failed authentications per client address, in a sliding window, per process.
+"""Failed authentications per key (a client address, a user name), in a sliding window,
+per process.
 
-After `limit` failures from one address within `window` seconds, the token endpoint answers
-429 with `Retry-After` (the seconds until the oldest counted failure leaves the window)
-without looking at the credentials, so guessing secrets costs the guesser time. The count
-is per replica (N replicas allow N x limit): it throttles guessing, it is no lockout.
-The audit trail bounds its records of refused requests with the same counter (`take`).
+After `limit` failures for one key within `window` seconds, the token endpoint and Basic
+logins (`basic_logins`) answer 429 with `Retry-After` (the seconds until the oldest counted
+failure leaves the window) without looking at the credentials, so guessing secrets costs
+the guesser time. The count is per replica (N replicas allow N x limit): it throttles
+guessing, it is no lockout. The audit trail bounds its records of refused requests with
+the same counter (`take`). At most 10,000 keys are tracked (the least recently failing
+are forgotten first), so memory stays bounded whatever the keys.
 """
 
 from __future__ import annotations
