@@ -1,5 +1,5 @@
 """Recipient properties in the store (SQLite and PostgreSQL), in the configuration, and
-through the directory: migration 0006 on an older store, set/unset, limits, audit records,
+through the directory: migration 0007 on an older store, set/unset, limits, audit records,
 and the change counter that makes every process bind the new values."""
 
 from __future__ import annotations
@@ -27,17 +27,17 @@ def _directory(store: Store | None, **raw: object) -> RecipientDirectory:
 def test_migration_adds_the_properties_column_to_an_older_store(store_url: str) -> None:
     store = open_store(store_url)
     try:
-        with store.write() as connection:  # the store as migration 0005 left it
+        with store.write() as connection:  # the store as migration 0006 left it
             connection.execute(text("ALTER TABLE recipients DROP COLUMN properties"))
             connection.execute(
                 delete(t.migrations_table).where(
-                    t.migrations_table.c.id == "0006_recipient_properties"
+                    t.migrations_table.c.id == "0007_recipient_properties"
                 )
             )
         with store.read() as connection:
             columns = {c["name"] for c in inspect(connection).get_columns("recipients")}
         assert "properties" not in columns
-        assert migrate(store.engine) == ["0006_recipient_properties"]
+        assert migrate(store.engine) == ["0007_recipient_properties"]
         repository = _directory(store).repository
         assert repository is not None
         repository.create("acme", ["sales"], credential_type=None)
