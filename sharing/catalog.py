@@ -77,10 +77,15 @@ class Catalog:
         config: ServerConfig,
         tokens: TokenCodec | None = None,
         *,
+        shares: tuple[ShareConfig, ...] | None = None,
         visible: frozenset[str] | None = None,
     ) -> None:
+        """`shares` (default: the configuration's) is the whole catalog: a live catalog
+        (sharing.shares.live) passes the file's and the store's together."""
         self._config = config
-        shares = config.shares
+        if shares is None:
+            shares = config.shares
+        self._all = shares
         if visible is not None:
             shares = tuple(share for share in shares if share.name.lower() in visible)
         self._shares: tuple[ShareConfig, ...] = shares
@@ -97,7 +102,7 @@ class Catalog:
         if view is None:
             if len(self._views) >= _MAX_VIEWS:
                 self._views.clear()
-            view = Catalog(self._config, self._tokens, visible=shares)
+            view = Catalog(self._config, self._tokens, shares=self._all, visible=shares)
             self._views[shares] = view
         return view
 
@@ -106,6 +111,15 @@ class Catalog:
     @property
     def shares(self) -> tuple[ShareConfig, ...]:
         return self._shares
+
+    def tables(self) -> list[SharedTable]:
+        """Every table this catalog serves, in listing order."""
+        return [
+            SharedTable(share.name, schema.name, table.name, table)
+            for share in self._shares
+            for schema in share.schemas
+            for table in schema.tables
+        ]
 
     def get_share(self, share: str) -> ShareConfig:
         found = self._by_name.get(share.lower())

@@ -106,6 +106,7 @@ class TableConfig(Section):
     id: Text = ""  # empty: the loader sets default_table_id(share, schema, name)
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
+    comment: Text = ""  # the provider's note; never sent to recipients
     storage_profile: OptionalText = None  # a key of `storageProfiles`
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
