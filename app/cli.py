@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import socket
 import ssl as stdlib_ssl
 import sys
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp
 
 from app.cli_recipients import add_recipient_commands, anonymous_refusal
 from app.logs import configure_logging
+from app.terminal import stdout_gone
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 from sharing.store import StoreError
 
@@ -120,7 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `lakeshare` console script; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        code = int(args.handler(args))
+        sys.stdout.flush()  # here, not at exit: a reader gone away is handled below
+    except BrokenPipeError:
+        if not stdout_gone():
+            raise
+        return 0  # `lakeshare audit | head`: the reader has what it wanted
+    return code
 
 
 # --- serve -------------------------------------------------------------------------------
@@ -289,6 +296,9 @@ def _announce(config: ServerConfig, config_path: Path, base_url: str, demo: bool
     profile_path = _write_profile(config, config_path.parent / PROFILE_FILE_NAME, base_url)
     example = tables[0] if tables else "<share>.<schema>.<table>"
     print(f"Recipient profile: {profile_path}")
+    partners = _write_partner_profiles(config, config_path.parent, base_url)
+    for name, path in partners:
+        print(f"Partner profile ({name}): {path}")
     print()
     print("Try it from Python (pip install delta-sharing):")
     print()
@@ -296,8 +306,31 @@ def _announce(config: ServerConfig, config_path: Path, base_url: str, demo: bool
     print(f'    profile = "{profile_path}"')
     print("    print(delta_sharing.SharingClient(profile).list_all_tables())")
     print(f'    print(delta_sharing.load_as_pandas(profile + "#{example}"))')
+    filtered = next((t for t in tables if t.endswith(".orders_by_region")), None)
+    if partners and filtered is not None:
+        print("    # one table name, one slice per partner (partition filter on `region`):")
+        for _, path in partners:
+            print(f'    print(delta_sharing.load_as_pandas("{path}#{filtered}").region.unique())')
     print()
     sys.stdout.flush()
+
+
+def _write_partner_profiles(
+    config: ServerConfig, directory: Path, endpoint: str
+) -> list[tuple[str, Path]]:
+    """The demo's configured recipients' profiles (`<name>.share`, private)."""
+    written = []
+    for recipient in config.recipients:
+        token = next((c.token for c in recipient.credentials if c.token), None)
+        if token is None:
+            continue
+        path = (directory / f"{recipient.name}.share").resolve()
+        profile = {"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": token}
+        path.touch(mode=0o600, exist_ok=True)
+        path.chmod(0o600)
+        path.write_text(json.dumps(profile, indent=2) + "\n", encoding="utf-8")
+        written.append((recipient.name, path))
+    return written
 
 
 def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
@@ -386,12 +419,14 @@ def _human_size(size: int) -> str:
 
 
 def _write(text: str) -> None:
-    """Print to stdout; a reader that went away (`| head`) is not worth a traceback."""
+    """Print to stdout; a reader that went away (`| head`) is not worth a traceback, nor a
+    change of the command's exit code."""
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if not stdout_gone():
+            raise
 
 
 # --- inspect -----------------------------------------------------------------------------

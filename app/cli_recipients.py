@@ -15,13 +15,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.terminal import printable
 from sharing.config import ConfigError, ServerConfig, load_config
 from sharing.errors import SharingError
 from sharing.recipients.audit import AuditEvent, query_events
 from sharing.recipients.directory import RecipientDirectory
 from sharing.recipients.hashing import hash_password, hash_token
 from sharing.recipients.model import CredentialType
-from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
+from sharing.recipients.names import (
+    InvalidValue,
+    parse_duration,
+    parse_instant,
+    property_assignment,
+)
 from sharing.recipients.profiles import (
     endpoint_url,
     is_loopback_host,
@@ -74,6 +80,13 @@ def add_recipient_commands(commands: Any) -> None:
     create.add_argument("--recipient-expires", metavar="TIME", help="recipient expiry (ISO-8601)")
     create.add_argument("--ip", action="append", default=[], metavar="CIDR", help="allow-list")
     create.add_argument("--comment", default="", help="free-form comment")
+    create.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a property, read by partition filters' current_recipient('KEY') (repeat)",
+    )
     create.add_argument("--public-key", metavar="FILE", help="PEM/JWK (private-key-jwt)")
     create.add_argument("--key-id", help="key id of --public-key")
     create.add_argument(
@@ -112,6 +125,14 @@ def add_recipient_commands(commands: Any) -> None:
     rotate.add_argument("--type", choices=_TYPES, help="credential type (default: current)")
     rotate.add_argument("--expires-in", metavar="DURATION", help="new credential lifetime")
     _profile_options(rotate)
+    set_properties = command(
+        "set-properties",
+        "set properties (read by partition filters' current_recipient('KEY'))",
+        _set_properties,
+    )
+    set_properties.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    unset_properties = command("unset-properties", "remove properties", _unset_properties)
+    unset_properties.add_argument("keys", nargs="+", metavar="KEY")
     command("disable", "cut a recipient off (keeps its data)", _disable)
     command("enable", "let a disabled recipient in again", _enable)
     command("delete", "delete a recipient, its grants and credentials", _delete)
@@ -122,7 +143,12 @@ def add_recipient_commands(commands: Any) -> None:
         "audit", help="read the audit trail", description="Read the audit trail of the store."
     )
     audit.add_argument("--config", metavar="FILE", required=True, help="server config")
-    audit.add_argument("--recipient", help="only this recipient")
+    audit.add_argument("--recipient", help="only records verified to come from this recipient")
+    audit.add_argument(
+        "--claimed",
+        metavar="RECIPIENT",
+        help="only refusals of requests that claimed to be this recipient without proof",
+    )
     audit.add_argument("--share", help="only this share")
     audit.add_argument("--since", metavar="TIME", help="ISO-8601 time or a duration ago (1h)")
     audit.add_argument(
@@ -256,6 +282,7 @@ def _create(args: argparse.Namespace) -> int:
                 expires_at=_recipient_expiry(args),
                 ip_allow_list=args.ip,
                 comment=args.comment,
+                properties=_assignments(args.property),
             )
             url = create_link(
                 repository,
@@ -275,6 +302,7 @@ def _create(args: argparse.Namespace) -> int:
             comment=args.comment,
             public_key=public_key,
             key_id=args.key_id,
+            properties=_assignments(args.property),
         )
         assert issued is not None
         if generated is not None:
@@ -403,6 +431,34 @@ def _rotate(args: argparse.Namespace) -> int:
     return _run(args, body)
 
 
+def _assignments(texts: list[str]) -> dict[str, str]:
+    """KEY=VALUE arguments as a mapping (a key given twice: the last value)."""
+    return dict(property_assignment(text) for text in texts)
+
+
+def _print_properties(name: str, properties: tuple[tuple[str, str], ...]) -> None:
+    shown = ", ".join(f"{k}={v}" for k, v in properties) or "-"
+    print(f"{name}: properties {shown}")
+
+
+def _set_properties(args: argparse.Namespace) -> int:
+    def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        recipient = repository.set_properties(args.name, _assignments(args.assignments))
+        _print_properties(recipient.name, recipient.properties)
+        return 0
+
+    return _run(args, body)
+
+
+def _unset_properties(args: argparse.Namespace) -> int:
+    def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        recipient = repository.unset_properties(args.name, args.keys)
+        _print_properties(recipient.name, recipient.properties)
+        return 0
+
+    return _run(args, body)
+
+
 def _set_enabled(args: argparse.Namespace, enabled: bool) -> int:
     def body(config: ServerConfig, repository: RecipientRepository) -> int:
         recipient = repository.set_enabled(args.name, enabled)
@@ -450,6 +506,7 @@ def _audit(args: argparse.Namespace) -> int:
         events = query_events(
             repository.store,
             recipient=args.recipient,
+            claimed=args.claimed,
             share=args.share,
             since=since,
             failed=args.failed,
@@ -471,6 +528,7 @@ def _audit(args: argparse.Namespace) -> int:
             "BYTES",
             "STATUS",
             "REASON",
+            "CLAIMED",
         )
         rows = [
             (
@@ -485,6 +543,7 @@ def _audit(args: argparse.Namespace) -> int:
                 "-" if e.bytes is None else str(e.bytes),
                 str(e.status),
                 e.reason or "-",
+                _claimed(e),
             )
             for e in events
         ]
@@ -500,7 +559,18 @@ def _target(event: AuditEvent) -> str:
     return f"{table}/{event.file}" if event.file else table
 
 
+def _claimed(event: AuditEvent) -> str:
+    """recipient/credential a refused request claimed without proof; "-" when none."""
+    if event.claimed_recipient is None and event.claimed_credential_id is None:
+        return "-"
+    return f"{event.claimed_recipient or '?'}/{event.claimed_credential_id or '-'}"
+
+
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
+    """Aligned columns; every cell escaped (`app.terminal.printable`): names, paths and user
+    agents come from requests, and a newline or an escape sequence must not reach the
+    terminal as such."""
+    shown = [tuple(printable(cell) for cell in row) for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in shown) for i in range(len(header))]
+    for row in shown:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -32,7 +32,7 @@ and any type this server does not know.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,12 +44,17 @@ from deltalog.schema import (
     PrimitiveType,
     StructField,
     StructType,
+    parse_type,
 )
 from sharing.errors import UnsupportedOperation
 
 NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
+TYPE_CHANGES_KEY = "delta.typeChanges"
 ASSIGNED_ID_BASE = 1_000_000_000
 """Where ids assigned in a column-mapped table start (Delta's own ids count up from 1)."""
+EXTRA_COLUMN_ID_BASE = 2_000_000_000
+"""Ids the name mapping gives columns that data files hold beyond the schema (below the
+ids Iceberg reserves for metadata columns, above any id a schema here uses)."""
 
 _PRIMITIVES: dict[str, str] = {
     "string": "string",
@@ -112,11 +117,21 @@ def convert_schema(
     column_mapping: bool,
     previous_ids: Mapping[str, int],
     last_column_id: int,
+    extra_file_columns: Sequence[str] = (),
 ) -> ConvertedSchema:
     """The Iceberg form of `schema`, keeping the ids of `previous_ids` (path → id, from
-    the version before) and assigning new ones after `last_column_id`."""
+    the version before) and assigning new ones after `last_column_id`.
+
+    `extra_file_columns` are top-level columns some data files hold beyond the schema
+    (change data columns some writers leave in data files, row tracking's materialized
+    columns): the name mapping gives them ids outside the schema, so a reader that
+    insists on mapping every column of a file (PyIceberg) reads the file and drops them."""
     converter = _Converter(column_mapping, previous_ids, last_column_id)
     fields, mapping = converter.struct(schema, (), top=True)
+    taken = {name for node in mapping for name in node["names"]}
+    for index, name in enumerate(extra_file_columns):
+        if name not in taken:
+            mapping.append({"field-id": EXTRA_COLUMN_ID_BASE + index, "names": [name]})
     return ConvertedSchema(
         fields=fields,
         name_mapping=mapping,
@@ -209,6 +224,7 @@ class _Converter:
                 raise UnsupportedColumn(
                     f"Column {self._top_name!r}: field {f.name!r} has no column mapping id"
                 )
+            self._check_type_changes(f)
             path = (*prefix, f"#{given}" if self.column_mapping else f.name)
             field_id = self._id(path, given)
             if top:
@@ -315,6 +331,25 @@ class _Converter:
             reason = "the type has no Iceberg equivalent here"
         raise UnsupportedColumn(f"Column {self._top_name!r} has type {name}: {reason}")
 
+    def _check_type_changes(self, owner: StructField) -> None:
+        """Older files of a column whose type Delta widened hold the old type: refuse a
+        widening Iceberg readers cannot promote (Iceberg allows int → long, float →
+        double and a wider decimal of the same scale)."""
+        changes = owner.metadata.get(TYPE_CHANGES_KEY)
+        if not isinstance(changes, list):
+            return
+        for change in changes:
+            if not isinstance(change, Mapping):
+                continue
+            before = parse_type(change.get("fromType", ""))
+            after = parse_type(change.get("toType", ""))
+            if not _promotable(before, after):
+                raise UnsupportedColumn(
+                    f"Column {self._top_name!r} was widened from {before.to_json()} to "
+                    f"{after.to_json()}, which Iceberg readers cannot promote in the files "
+                    "written before the change"
+                )
+
     def _nested_id(self, owner: StructField, path: tuple[str, ...], part: str) -> int | None:
         """The id Delta recorded for a list element or map key/value of `owner`
         (`delta.columnMapping.nested.ids`, keyed `<physical name>.element` etc.)."""
@@ -330,6 +365,15 @@ class _Converter:
         steps.append(part)
         value = nested.get(".".join(steps))
         return int(value) if value is not None else None
+
+
+def _promotable(before: DataType, after: DataType) -> bool:
+    if isinstance(before, DecimalType) and isinstance(after, DecimalType):
+        return before.scale == after.scale and before.precision <= after.precision
+    if not isinstance(before, PrimitiveType) or not isinstance(after, PrimitiveType):
+        return False
+    old, new = _PRIMITIVES.get(before.name), _PRIMITIVES.get(after.name)
+    return old is not None and (old == new or (old, new) in {("int", "long"), ("float", "double")})
 
 
 def _last_struct_step(path: tuple[str, ...]) -> int:
