@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import socket
 import ssl as stdlib_ssl
 import sys
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp
 
 from app.cli_recipients import add_recipient_commands, anonymous_refusal
 from app.logs import configure_logging
+from app.terminal import stdout_gone
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 from sharing.store import StoreError
 
@@ -120,7 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `lakeshare` console script; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        code = int(args.handler(args))
+        sys.stdout.flush()  # here, not at exit: a reader gone away is handled below
+    except BrokenPipeError:
+        if not stdout_gone():
+            raise
+        return 0  # `lakeshare audit | head`: the reader has what it wanted
+    return code
 
 
 # --- serve -------------------------------------------------------------------------------
@@ -386,12 +393,14 @@ def _human_size(size: int) -> str:
 
 
 def _write(text: str) -> None:
-    """Print to stdout; a reader that went away (`| head`) is not worth a traceback."""
+    """Print to stdout; a reader that went away (`| head`) is not worth a traceback, nor a
+    change of the command's exit code."""
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if not stdout_gone():
+            raise
 
 
 # --- inspect -----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.terminal import printable
 from sharing.config import ConfigError, ServerConfig, load_config
 from sharing.errors import SharingError
 from sharing.recipients.audit import AuditEvent, query_events
@@ -122,7 +123,12 @@ def add_recipient_commands(commands: Any) -> None:
         "audit", help="read the audit trail", description="Read the audit trail of the store."
     )
     audit.add_argument("--config", metavar="FILE", required=True, help="server config")
-    audit.add_argument("--recipient", help="only this recipient")
+    audit.add_argument("--recipient", help="only records verified to come from this recipient")
+    audit.add_argument(
+        "--claimed",
+        metavar="RECIPIENT",
+        help="only refusals of requests that claimed to be this recipient without proof",
+    )
     audit.add_argument("--share", help="only this share")
     audit.add_argument("--since", metavar="TIME", help="ISO-8601 time or a duration ago (1h)")
     audit.add_argument(
@@ -450,6 +456,7 @@ def _audit(args: argparse.Namespace) -> int:
         events = query_events(
             repository.store,
             recipient=args.recipient,
+            claimed=args.claimed,
             share=args.share,
             since=since,
             failed=args.failed,
@@ -471,6 +478,7 @@ def _audit(args: argparse.Namespace) -> int:
             "BYTES",
             "STATUS",
             "REASON",
+            "CLAIMED",
         )
         rows = [
             (
@@ -485,6 +493,7 @@ def _audit(args: argparse.Namespace) -> int:
                 "-" if e.bytes is None else str(e.bytes),
                 str(e.status),
                 e.reason or "-",
+                _claimed(e),
             )
             for e in events
         ]
@@ -500,7 +509,18 @@ def _target(event: AuditEvent) -> str:
     return f"{table}/{event.file}" if event.file else table
 
 
+def _claimed(event: AuditEvent) -> str:
+    """recipient/credential a refused request claimed without proof; "-" when none."""
+    if event.claimed_recipient is None and event.claimed_credential_id is None:
+        return "-"
+    return f"{event.claimed_recipient or '?'}/{event.claimed_credential_id or '-'}"
+
+
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
+    """Aligned columns; every cell escaped (`app.terminal.printable`): names, paths and user
+    agents come from requests, and a newline or an escape sequence must not reach the
+    terminal as such."""
+    shown = [tuple(printable(cell) for cell in row) for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in shown) for i in range(len(header))]
+    for row in shown:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -86,6 +86,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
     metrics = Metrics(config) if config.metrics.enabled else None
+    if metrics is not None and app.state.recipients.writer is not None:
+        app.state.recipients.writer.on_dropped = metrics.audit_records_dropped
     app.state.tables = TableService(
         config,
         stats_warmer=StatsWarmer(),

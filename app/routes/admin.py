@@ -297,7 +297,16 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
     @app.get("/audit", summary="Audit records, oldest first (the newest `limit`)")
     def audit(
         repository: Repository,
-        recipient: str | None = None,
+        recipient: Annotated[
+            str | None, Query(description="only records verified to come from this recipient")
+        ] = None,
+        claimed: Annotated[
+            str | None,
+            Query(
+                description="only refusals of requests that claimed to be this recipient "
+                "without proof"
+            ),
+        ] = None,
         share: str | None = None,
         since: Annotated[str | None, Query(description="ISO-8601 time")] = None,
         failed: Annotated[
@@ -309,6 +318,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         events = query_events(
             repository.store,
             recipient=recipient,
+            claimed=claimed,
             share=share,
             since=since_ms,
             failed=failed,

@@ -48,10 +48,11 @@ class TooManyFailedLogins(SharingError):
     status = 429
     error_code = "REQUEST_LIMIT_EXCEEDED"
 
-    def __init__(self, retry_after: int, recipient: str | None) -> None:
+    def __init__(self, retry_after: int, claimed: str | None) -> None:
+        """`claimed`: the recipient the login names (a claim: its password is not checked)."""
         super().__init__(f"Too many failed logins; retry in {retry_after} seconds.")
         self.headers = {"Retry-After": str(retry_after)}
-        self.refusal = Refusal(Reason.TOO_MANY_FAILED_LOGINS, recipient)
+        self.refusal = Refusal.claimed(Reason.TOO_MANY_FAILED_LOGINS, claimed)
 
 
 class BasicLogins:

@@ -325,16 +325,17 @@ class RecipientDirectory:
         )
 
     def _claimed_by(self, token: str) -> Refusal:
-        """A refused store token names a credential: the refusal names it and its recipient
-        when that credential exists (an unknown id is recorded as no one)."""
+        """A refused store token names a credential it did not prove (its secret is wrong):
+        the refusal records that credential and its recipient as *claimed* when the
+        credential exists (an unknown id is recorded as no one)."""
         credential_id = token_credential_id(token)
         entry = self.credential(credential_id) if credential_id is not None else None
         if entry is None:
             return _UNKNOWN_CREDENTIALS
-        return Refusal(Reason.INVALID_CREDENTIALS, entry[1].name, entry[0].id)
+        return Refusal.claimed(Reason.INVALID_CREDENTIALS, entry[1].name, entry[0].id)
 
     def _claimed_by_user(self, value: str) -> Refusal:
-        """A refused Basic login names a recipient when its user name is one."""
+        """A refused Basic login claims a recipient when its user name is one."""
         try:
             username = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[0]
             known = self.recipient(recipient_name(username))
@@ -342,7 +343,7 @@ class RecipientDirectory:
             known = None
         if known is None:
             return _UNKNOWN_CREDENTIALS
-        return Refusal(Reason.INVALID_CREDENTIALS, known.name)
+        return Refusal.claimed(Reason.INVALID_CREDENTIALS, known.name)
 
     def _bearer(self, token: str) -> _Entry | None:
         credential_id = token_credential_id(token)
@@ -378,7 +379,7 @@ class RecipientDirectory:
             self.logins.forget(key)
         wait = self.logins.retry_after(username, client)
         if wait is not None:
-            raise TooManyFailedLogins(wait, self._claimed_by_user(value).recipient)
+            raise TooManyFailedLogins(wait, self._claimed_by_user(value).claimed_recipient)
         candidates = [entry for entry in self._basic_candidates(username) if entry[0].secret_hash]
         for entry in candidates:
             if self.logins.check(password, entry[0].secret_hash or ""):

@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 
 __all__ = [
+    "AUDIT_CLAIMED_INDEX",
     "activation_links",
     "async_queries",
     "audit_events",
@@ -123,9 +124,16 @@ audit_events = Table(
     # Added by later migrations (sharing/store/migrations.py adds them to older stores):
     Column("file", Text, nullable=True),  # 0004: a signed file download's path in the table
     Column("reason", String(100), nullable=True),  # 0005: why an authentication was refused
+    # 0006: who a refused request claimed to be (a name or credential id it presented that
+    # the server could not verify); `recipient` / `credential_id` hold only verified ones.
+    Column("claimed_recipient", String(64), nullable=True),
+    Column("claimed_credential_id", String(64), nullable=True),
 )
 Index("audit_events_at", audit_events.c.at)
 Index("audit_events_recipient_at", audit_events.c.recipient, audit_events.c.at)
+AUDIT_CLAIMED_INDEX = Index(
+    "audit_events_claimed_at", audit_events.c.claimed_recipient, audit_events.c.at
+)
 
 # One-time activation links: the link's secret is kept as a hash; the credential is minted
 # when the link is opened (so no secret is stored waiting), and the row is then spent.
