@@ -70,6 +70,15 @@ class CreateRecipient(BaseModel):
     activationLink: bool = Field(default=False, description="answer a one-time profile URL")
     profileVersion: int = Field(default=1, ge=1, le=2)
     endpoint: str | None = Field(default=None, description=_ENDPOINT_HELP)
+    properties: dict[str, str] = Field(
+        default={}, description="properties read by partition filters' current_recipient()"
+    )
+
+
+class Properties(BaseModel):
+    properties: dict[str, str] = Field(
+        min_length=1, description="properties to set (others are kept)"
+    )
 
 
 class Shares(BaseModel):
@@ -211,6 +220,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
                 expires_at=expires,
                 ip_allow_list=body.ipAllowList,
                 comment=body.comment,
+                properties=body.properties,
             )
             url = create_link(
                 repository,
@@ -231,6 +241,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
             comment=body.comment,
             public_key=body.publicKey,
             key_id=body.keyId,
+            properties=body.properties,
         )
         assert issued is not None
         log.info("admin: created recipient %s", recipient.name)
@@ -255,6 +266,19 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
     @app.delete("/recipients/{name}/grants/{share}", summary="Remove a grant")
     def ungrant(name: str, share: str, repository: Repository) -> JsonResponse:
         return JsonResponse(recipient_json(repository.ungrant(name, [share])))
+
+    @app.post(
+        "/recipients/{name}/properties",
+        summary="Set properties (read by partition filters' current_recipient('key'))",
+    )
+    def set_properties(name: str, body: Properties, repository: Repository) -> JsonResponse:
+        recipient = repository.set_properties(name, body.properties, actor="admin")
+        return JsonResponse(recipient_json(recipient))
+
+    @app.delete("/recipients/{name}/properties/{key}", summary="Remove a property")
+    def unset_property(name: str, key: str, repository: Repository) -> JsonResponse:
+        recipient = repository.unset_properties(name, [key], actor="admin")
+        return JsonResponse(recipient_json(recipient))
 
     @app.post("/recipients/{name}/revoke", summary="Revoke credentials now")
     def revoke(name: str, body: Revoke, repository: Repository) -> JsonResponse:

@@ -56,7 +56,7 @@ from deltalog.schema import column_mapping_mode, parse_schema
 from deltalog.snapshot_store import table_identity
 from deltalog.storage.kinds import StorageKind
 from sharing.catalog import SharedTable
-from sharing.errors import InvalidParameter, UnsupportedOperation
+from sharing.errors import Forbidden, InvalidParameter, UnsupportedOperation
 from sharing.iceberg import avro_files as av
 from sharing.iceberg.files import TableFiles, write_once
 from sharing.iceberg.puffin import DeletionVectorBlob, puffin_file
@@ -102,7 +102,14 @@ class IcebergMetadata:
 
     def generate(self, shared: SharedTable, version: int | None = None) -> GeneratedVersion:
         """The metadata of `shared` at `version` (None: the latest), generated if needed.
-        Versions before the shared history are the Delta Sharing routes' 400."""
+        Versions before the shared history are the Delta Sharing routes' 400. A table
+        this recipient sees a slice of (sharing.slices) is refused: the metadata cached
+        here is per table version, not per bound filter, and lists every file."""
+        if shared.partition_filter is not None:
+            raise Forbidden(
+                f"Table {shared.full_name} is shared with a partition filter, which the "
+                "Iceberg view does not apply yet: read it through the Delta Sharing APIs."
+            )
         if version is None:
             snapshot = self.tables.latest(shared)
             version = snapshot.version

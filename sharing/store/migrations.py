@@ -110,6 +110,10 @@ def _audit_claimed(connection: Connection) -> None:
     )
 
 
+def _recipient_properties(connection: Connection) -> None:
+    add_missing_column(connection, schema.recipients, "properties")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
@@ -117,6 +121,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0004_audit_file", _audit_file),  # audit records of signed file downloads
     Migration("0005_audit_reason", _audit_reason),  # audit records of refused authentications
     Migration("0006_audit_claimed", _audit_claimed),  # claimed, not verified, identities
+    Migration("0007_recipient_properties", _recipient_properties),  # sharing/slices.py
 ]
 
 
