@@ -1,6 +1,8 @@
 """The admin REST API: the operations of `lakeshare recipients` and `lakeshare audit` over
 HTTP, under `admin.prefix` (default /admin), described at `{prefix}/openapi.json` (and
-browsable at `{prefix}/docs`).
+browsable at `{prefix}/docs`, a Swagger UI page served with its assets by the server:
+`app.swagger_page`). The description declares bearer authentication, so the page's
+"Authorize" dialog takes the admin token.
 
 It is a separate FastAPI application mounted on the server, authenticated by the admin
 token of the configuration (`admin.token` or `admin.tokenHash`) — never by a recipient
@@ -14,13 +16,15 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.audit import attribute_to, refused
 from app.errors import install_error_handlers
 from app.responses import JsonResponse
+from app.swagger_page import install_swagger_page
 from sharing.config import ServerConfig
 from sharing.errors import Forbidden, InvalidParameter
 from sharing.recipients.activation import create_link
@@ -105,14 +109,26 @@ def _repository(request: Request) -> RecipientRepository:
     return repository
 
 
-def _require_admin(request: Request) -> None:
+# Declares the scheme in the OpenAPI description (and on every operation); the checks and
+# their errors are ours (auto_error off: no missing or non-bearer header is answered by it).
+_ADMIN_BEARER = HTTPBearer(
+    scheme_name="adminToken",
+    description="The admin token of the configuration (`admin.token`), as "
+    "`Authorization: Bearer <token>`.",
+    auto_error=False,
+)
+
+
+def _require_admin(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_ADMIN_BEARER)],
+) -> None:
     expected: str = request.app.state.admin_token_hash
-    header = request.headers.get("authorization") or ""
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         refused(request, Refusal(Reason.MISSING_CREDENTIALS))
         raise Challenge("Missing admin bearer token in the Authorization header.", _REALM)
-    if not token_matches(token.strip(), expected):
+    if not token_matches(token, expected):
         refused(request, Refusal(Reason.INVALID_CREDENTIALS))
         raise Challenge("The admin token is invalid.", f'{_REALM}, error="invalid_token"')
     attribute_to(request, ADMIN_RECIPIENT, None)  # the audit trail records admin operations
@@ -166,7 +182,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         title="Lakeshare admin API",
         description="Manage recipients (credentials, grants) and read the audit trail. "
         "Authenticate with `Authorization: Bearer <admin token>`.",
-        docs_url="/docs",
+        docs_url=None,  # install_swagger_page below: Swagger UI without a CDN
         redoc_url=None,
         openapi_url="/openapi.json",
         dependencies=[Depends(_require_admin)],
@@ -175,6 +191,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
     app.state.recipients = recipients
     app.state.admin_prefix = admin.prefix
     app.state.admin_token_hash = admin.token_hash or hash_token(admin.token or "")
+    install_swagger_page(app, "/docs")
     install_error_handlers(app)
     app.add_exception_handler(InvalidValue, _invalid_value)  # type: ignore[arg-type]
 
