@@ -1,6 +1,8 @@
 """The admin REST API: the operations of `lakeshare recipients` and `lakeshare audit` over
 HTTP, under `admin.prefix` (default /admin), described at `{prefix}/openapi.json` (and
-browsable at `{prefix}/docs`).
+browsable at `{prefix}/docs`, a Swagger UI page served with its assets by the server:
+`app.swagger_page`). The description declares bearer authentication, so the page's
+"Authorize" dialog takes the admin token.
 
 It is a separate FastAPI application mounted on the server, authenticated by the admin
 token of the configuration (`admin.token` or `admin.tokenHash`) — never by a recipient
@@ -14,13 +16,15 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.audit import attribute_to, refused
 from app.errors import install_error_handlers
 from app.responses import JsonResponse
+from app.swagger_page import install_swagger_page
 from sharing.config import ServerConfig
 from sharing.errors import Forbidden, InvalidParameter
 from sharing.recipients.activation import create_link
@@ -67,6 +71,15 @@ class CreateRecipient(BaseModel):
     activationLink: bool = Field(default=False, description="answer a one-time profile URL")
     profileVersion: int = Field(default=1, ge=1, le=2)
     endpoint: str | None = Field(default=None, description=_ENDPOINT_HELP)
+    properties: dict[str, str] = Field(
+        default={}, description="properties read by partition filters' current_recipient()"
+    )
+
+
+class Properties(BaseModel):
+    properties: dict[str, str] = Field(
+        min_length=1, description="properties to set (others are kept)"
+    )
 
 
 class Grants(BaseModel):
@@ -130,14 +143,26 @@ def _target(request: Request, **names: str) -> None:
     request.scope["path_params"] = {**request.scope.get("path_params", {}), **names}
 
 
-def _require_admin(request: Request) -> None:
+# Declares the scheme in the OpenAPI description (and on every operation); the checks and
+# their errors are ours (auto_error off: no missing or non-bearer header is answered by it).
+_ADMIN_BEARER = HTTPBearer(
+    scheme_name="adminToken",
+    description="The admin token of the configuration (`admin.token`), as "
+    "`Authorization: Bearer <token>`.",
+    auto_error=False,
+)
+
+
+def _require_admin(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_ADMIN_BEARER)],
+) -> None:
     expected: str = request.app.state.admin_token_hash
-    header = request.headers.get("authorization") or ""
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         refused(request, Refusal(Reason.MISSING_CREDENTIALS))
         raise Challenge("Missing admin bearer token in the Authorization header.", _REALM)
-    if not token_matches(token.strip(), expected):
+    if not token_matches(token, expected):
         refused(request, Refusal(Reason.INVALID_CREDENTIALS))
         raise Challenge("The admin token is invalid.", f'{_REALM}, error="invalid_token"')
     attribute_to(request, ADMIN_RECIPIENT, None)  # the audit trail records admin operations
@@ -195,7 +220,7 @@ def build_admin_app(
         description="Manage recipients (credentials, grants) and shares (tables added, "
         "changed and removed at run time), and read the audit trail. "
         "Authenticate with `Authorization: Bearer <admin token>`.",
-        docs_url="/docs",
+        docs_url=None,  # install_swagger_page below: Swagger UI without a CDN
         redoc_url=None,
         openapi_url="/openapi.json",
         dependencies=[Depends(_require_admin)],
@@ -205,6 +230,7 @@ def build_admin_app(
     app.state.shares = shares
     app.state.admin_prefix = admin.prefix
     app.state.admin_token_hash = admin.token_hash or hash_token(admin.token or "")
+    install_swagger_page(app, "/docs")
     install_error_handlers(app)
     app.add_exception_handler(InvalidValue, _invalid_value)  # type: ignore[arg-type]
     app.add_exception_handler(TableRefused, _table_refused)  # type: ignore[arg-type]
@@ -234,6 +260,7 @@ def build_admin_app(
                 expires_at=expires,
                 ip_allow_list=body.ipAllowList,
                 comment=body.comment,
+                properties=body.properties,
             )
             url = create_link(
                 repository,
@@ -254,6 +281,7 @@ def build_admin_app(
             comment=body.comment,
             public_key=body.publicKey,
             key_id=body.keyId,
+            properties=body.properties,
         )
         assert issued is not None
         log.info("admin: created recipient %s", recipient.name)
@@ -278,6 +306,19 @@ def build_admin_app(
     @app.delete("/recipients/{name}/grants/{share}", summary="Remove a grant")
     def ungrant(name: str, share: str, repository: Repository) -> JsonResponse:
         return JsonResponse(recipient_json(repository.ungrant(name, [share])))
+
+    @app.post(
+        "/recipients/{name}/properties",
+        summary="Set properties (read by partition filters' current_recipient('key'))",
+    )
+    def set_properties(name: str, body: Properties, repository: Repository) -> JsonResponse:
+        recipient = repository.set_properties(name, body.properties, actor="admin")
+        return JsonResponse(recipient_json(recipient))
+
+    @app.delete("/recipients/{name}/properties/{key}", summary="Remove a property")
+    def unset_property(name: str, key: str, repository: Repository) -> JsonResponse:
+        recipient = repository.unset_properties(name, [key], actor="admin")
+        return JsonResponse(recipient_json(recipient))
 
     @app.post("/recipients/{name}/revoke", summary="Revoke credentials now")
     def revoke(name: str, body: Revoke, repository: Repository) -> JsonResponse:

@@ -58,6 +58,7 @@ from sharing.recipients.names import (
     parse_instant,
     parse_networks,
     recipient_name,
+    recipient_properties,
 )
 from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
 from sharing.recipients.repository import COUNTER, RecipientRepository
@@ -321,7 +322,10 @@ class RecipientDirectory:
                 Refusal(Reason.ADDRESS_NOT_ALLOWED, recipient.name, credential_id),
             )
         return Principal(
-            recipient=recipient.name, credential_id=credential_id, shares=recipient.shares
+            recipient=recipient.name,
+            credential_id=credential_id,
+            shares=recipient.shares,
+            properties=recipient.properties,
         )
 
     def _claimed_by(self, token: str) -> Refusal:
@@ -457,6 +461,7 @@ class RecipientDirectory:
                 comment=entry.comment,
                 enabled=entry.enabled,
                 source=RecipientSource.CONFIG,
+                properties=recipient_properties(dict(entry.properties)),
             )
             self._config_recipients[name] = recipient
             for index, item in enumerate(entry.credentials):

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ConfigError, ServerConfig, ShareConfig, default_table_id
 from sharing.shares.repository import COUNTER, ShareRepository
+from sharing.slices import Viewer
 from sharing.tokens import TokenCodec
 
 __all__ = ["LiveCatalog", "RemovedListener"]
@@ -80,9 +81,9 @@ class LiveCatalog:
             self.refresh()
         return self._catalog
 
-    def visible_to(self, shares: frozenset[str]) -> Catalog:
-        """The current catalog as a recipient with these grants sees it."""
-        return self.current().visible_to(shares)
+    def visible_to(self, shares: frozenset[str], viewer: Viewer | None = None) -> Catalog:
+        """The current catalog as a recipient with these grants (and properties) sees it."""
+        return self.current().visible_to(shares, viewer)
 
     def get_table(self, share: str, schema: str, table: str) -> SharedTable:
         """A table of the current catalog (ResourceNotFound when it is not served)."""

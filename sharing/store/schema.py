@@ -66,6 +66,9 @@ recipients = Table(
     Column("ip_allow_list", Text, nullable=False, default=""),  # CIDRs, space-separated
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    # Added by a later migration (0007): the recipient's properties as a JSON object of
+    # strings (NULL: none), read by partition filters' current_recipient('key').
+    Column("properties", Text, nullable=True),
 )
 
 recipient_grants = Table(

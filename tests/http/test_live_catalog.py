@@ -5,6 +5,7 @@ failed request in a concurrent read loop; the same for the admin API."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -82,10 +83,12 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
         wait_http(f"http://127.0.0.1:{port}/healthz", process)
         root = f"http://127.0.0.1:{port}"
         profile = tmp_path / "profile.share"
-        profile.write_text(
-            '{"shareCredentialsVersion": 1, "endpoint": "%s/delta-sharing/", '
-            '"bearerToken": "%s"}' % (root, TEST_BEARER_TOKEN)
-        )
+        document = {
+            "shareCredentialsVersion": 1,
+            "endpoint": f"{root}/delta-sharing/",
+            "bearerToken": TEST_BEARER_TOKEN,
+        }
+        profile.write_text(json.dumps(document))
         yield Server(root, config, profile, process)
     finally:
         stop(process)
@@ -109,7 +112,7 @@ class ReadLoop:
                 assert len(delta_sharing.load_as_pandas(f"{self.profile}#filed.d.t")) > 0
                 assert "filed" in [s.name for s in client.list_shares()]
                 self.reads += 1
-            except Exception as exc:  # noqa: BLE001 - every failure is the finding
+            except Exception as exc:  # every failure is the finding
                 self.failures.append(repr(exc))
 
     def __enter__(self) -> ReadLoop:
@@ -183,7 +186,7 @@ def test_cli_adds_and_removes_tables_while_serving(server: Server) -> None:
         assert removed.returncode == 0, removed.stderr
         started = time.monotonic()
         gone = wait_until_every_worker(server, table_path, 404, started)
-        with pytest.raises(Exception, match="404|does not exist"):
+        with pytest.raises(Exception, match=r"404|does not exist"):
             delta_sharing.load_as_pandas(f"{server.profile}#partners.web.orders")
         time.sleep(1)  # the loop keeps reading after the change
     assert loop.failures == [] and loop.reads > 0

@@ -184,8 +184,10 @@ def test_generated_files_are_deterministic(tmp_path: Path) -> None:
     IcebergMetadata(cache, TableService(make_config())).generate(_shared(location), 7)
     IcebergMetadata(cache, TableService(make_config())).generate(_shared(location))
     second = _tree(cache)
-    assert len(first) > 40
-    assert first.keys() == second.keys()
+    assert len(first) > 20  # 21 manifest lists, manifests, Puffin files, metadata
+    # The second run also wrote version 7's metadata JSON; every other file is the same.
+    extra = set(second) - set(first)
+    assert len(extra) == 1 and extra.pop().endswith("v00000000000000000007.metadata.json")
     for name in first:
         assert first[name] == second[name], name
 
