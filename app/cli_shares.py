@@ -89,6 +89,12 @@ def _entry_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--storage-profile", metavar="NAME", help="a storageProfiles entry")
     parser.add_argument("--id", help="table id (default: derived from the name)")
     parser.add_argument(
+        "--partition-filter",
+        metavar="SQL",
+        help="each recipient sees the files this predicate on partition columns selects "
+        "(current_recipient('key') reads its properties; docs/slices.md)",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -165,6 +171,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
         ("comment", args.comment),
         ("storageProfile", args.storage_profile),
         ("id", args.id),
+        ("partitionFilter", args.partition_filter),
     ):
         if value is not None:
             fields[key] = value

@@ -199,3 +199,22 @@ def test_a_change_made_elsewhere_is_served_after_the_cache_period_and_caches_go(
     live.current()
     assert removed[-1] == ["s.d.same"]
     assert tables.delta_table(file_table) is file_reader
+
+
+def test_a_store_table_takes_the_file_models_partition_filter_checked_first(store: Store) -> None:
+    config = _config(store)
+    admin = _admin(store)
+    live = LiveCatalog(
+        config, TokenCodec(config.signing_secret), ShareRepository(store), cache_seconds=0
+    )
+    admin.create("s")
+    with pytest.raises(InvalidParameter, match="invalid partition filter"):
+        admin.add_table("s", "d", {"name": "t", "location": OTHER, "partitionFilter": "x = ("})
+    with pytest.raises(TableRefused, match="'number' is not a partition column"):
+        admin.add_table("s", "d", {"name": "t", "location": OTHER, "partitionFilter": "number = 1"})
+    admin.add_table("s", "d", {"name": "t", "location": OTHER, "partitionFilter": "letter = 'a'"})
+    shared = live.current().get_table("s", "d", "t")
+    assert shared.config.partition_filter == "letter = 'a'"
+    assert admin.show("s")["schemas"][0]["tables"][0]["partitionFilter"] == "letter = 'a'"
+    admin.alter_table("s", "d", "t", {"partitionFilter": None})
+    assert live.current().get_table("s", "d", "t").config.partition_filter is None
