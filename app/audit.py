@@ -8,9 +8,11 @@ writer (batched, off the request path) and to the `lakeshare.audit` JSON log. Bo
 count once the server has handed them to the connection and the client had not gone away,
 so a range request or an aborted download counts what was sent, not the file's size. Signed
 file downloads are attributed to the recipient the URL was signed for (`attribute_to`). A
-refused authentication (`refused`) leaves a record with its reason and the recipient it
-claimed when known, within the `RefusalBudget` per client address (the rest are counted in
-a metric, so a flood of bad credentials cannot flood the store). Other requests with no
+refused authentication (`refused`) leaves a record with its reason, the recipient and
+credential the server verified (a revoked credential's, a disabled recipient's, an expired
+URL's) and, apart, those the request only claimed (see `sharing.recipients.refusals`),
+within the `RefusalBudget` per client address (the rest are counted in a metric, so a flood
+of bad credentials cannot flood the store). Other requests with no
 principal on `request.state` (health, metrics) leave no record. Nothing secret is recorded:
 the path parameters are names, the query string and headers other than the user agent are
 not read.
@@ -28,6 +30,7 @@ from starlette.types import Scope
 from sharing.recipients.audit import AuditEvent, RefusalBudget
 from sharing.recipients.model import Principal
 from sharing.recipients.refusals import Refusal
+from sharing.store.values import bounded_text
 
 __all__ = ["AuditTrail", "attribute_to", "refused"]
 
@@ -35,6 +38,7 @@ log = logging.getLogger("lakeshare.audit")
 
 _HEADER_LINES = 2  # protocol and metadata lines precede the files of a query response
 _NO_SHARES: frozenset[str] = frozenset()
+_USER_AGENT_CHARS = 500  # the column's length (sharing.store.schema)
 
 
 def attribute_to(request: Request, recipient: str, credential_id: str | None) -> None:
@@ -48,6 +52,14 @@ def attribute_to(request: Request, recipient: str, credential_id: str | None) ->
 def refused(request: Request, refusal: Refusal) -> None:
     """Mark a request as a refused authentication, for its audit record."""
     request.state.refusal = refusal
+
+
+def _user_agent(raw: bytes) -> str | None:
+    """The request's user agent, cut (with the store's marker) to what the record keeps."""
+    if not raw:
+        return None
+    agent = raw.decode("latin-1")
+    return agent if len(agent) <= _USER_AGENT_CHARS else bounded_text(agent, _USER_AGENT_CHARS)
 
 
 class AuditTrail:
@@ -77,6 +89,7 @@ class AuditTrail:
         address = client[0] if client else None
         refusal: Refusal | None = None
         who: tuple[str | None, str | None]
+        claimed: tuple[str | None, str | None] = (None, None)
         if isinstance(principal, Principal):
             who = (principal.recipient, principal.credential_id)
         else:
@@ -88,6 +101,7 @@ class AuditTrail:
                     self._on_unrecorded()
                 return
             who = (refusal.recipient, refusal.credential_id)
+            claimed = (refusal.claimed_recipient, refusal.claimed_credential_id)
         app = scope.get("app")
         recipients = getattr(getattr(app, "state", None), "recipients", None)
         params = scope.get("path_params") or {}
@@ -102,7 +116,7 @@ class AuditTrail:
             recipient=who[0],
             credential_id=who[1],
             client=address,
-            user_agent=headers.get(b"user-agent", b"").decode("latin-1")[:500] or None,
+            user_agent=_user_agent(headers.get(b"user-agent", b"")),
             share=params.get("share"),
             schema=params.get("schema"),
             table=params.get("table"),
@@ -112,6 +126,8 @@ class AuditTrail:
             bytes=size if params.get("table") and refusal is None else None,
             request_id=state.get("request_id"),
             reason=refusal.reason.value if refusal is not None else None,
+            claimed_recipient=claimed[0],
+            claimed_credential_id=claimed[1],
         )
         log.info("audit", extra={"audit": event.to_json()})
         writer = getattr(recipients, "writer", None)

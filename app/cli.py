@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import socket
 import ssl as stdlib_ssl
 import sys
@@ -23,6 +22,7 @@ from starlette.types import ASGIApp
 
 from app.cli_recipients import add_recipient_commands, anonymous_refusal
 from app.logs import configure_logging
+from app.terminal import stdout_gone
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 from sharing.store import StoreError
 
@@ -93,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="open every configured table and say who can read it",
         description="Open every table of a server configuration (local and cloud) and "
         "report its version, file count, reader features, the response formats and clients "
-        "that can read it, and any problem. Exits with status 1 when a table is unusable, "
-        "2 when the configuration is invalid.",
+        "that can read it, and any problem, after the configuration's warnings (unknown "
+        "keys with a did-you-mean, ...). Exits with status 1 when a table is unusable, 2 "
+        "when the configuration is invalid (with --strict: or has warnings).",
     )
     check.add_argument("--config", metavar="FILE", required=True, help="server config")
     check.add_argument("--format", choices=("table", "json"), default="table", help="output format")
@@ -105,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="give up on tables whose storage has not answered by then (default: %(default)s)",
     )
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 2 when the configuration has warnings, as `strict: true` "
+        "would refuse it",
+    )
     check.set_defaults(handler=_check)
     add_recipient_commands(commands)
     return parser
@@ -113,7 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `lakeshare` console script; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    try:
+        code = int(args.handler(args))
+        sys.stdout.flush()  # here, not at exit: a reader gone away is handled below
+    except BrokenPipeError:
+        if not stdout_gone():
+            raise
+        return 0  # `lakeshare audit | head`: the reader has what it wanted
+    return code
 
 
 # --- serve -------------------------------------------------------------------------------
@@ -282,6 +296,9 @@ def _announce(config: ServerConfig, config_path: Path, base_url: str, demo: bool
     profile_path = _write_profile(config, config_path.parent / PROFILE_FILE_NAME, base_url)
     example = tables[0] if tables else "<share>.<schema>.<table>"
     print(f"Recipient profile: {profile_path}")
+    partners = _write_partner_profiles(config, config_path.parent, base_url)
+    for name, path in partners:
+        print(f"Partner profile ({name}): {path}")
     print()
     print("Try it from Python (pip install delta-sharing):")
     print()
@@ -289,8 +306,31 @@ def _announce(config: ServerConfig, config_path: Path, base_url: str, demo: bool
     print(f'    profile = "{profile_path}"')
     print("    print(delta_sharing.SharingClient(profile).list_all_tables())")
     print(f'    print(delta_sharing.load_as_pandas(profile + "#{example}"))')
+    filtered = next((t for t in tables if t.endswith(".orders_by_region")), None)
+    if partners and filtered is not None:
+        print("    # one table name, one slice per partner (partition filter on `region`):")
+        for _, path in partners:
+            print(f'    print(delta_sharing.load_as_pandas("{path}#{filtered}").region.unique())')
     print()
     sys.stdout.flush()
+
+
+def _write_partner_profiles(
+    config: ServerConfig, directory: Path, endpoint: str
+) -> list[tuple[str, Path]]:
+    """The demo's configured recipients' profiles (`<name>.share`, private)."""
+    written = []
+    for recipient in config.recipients:
+        token = next((c.token for c in recipient.credentials if c.token), None)
+        if token is None:
+            continue
+        path = (directory / f"{recipient.name}.share").resolve()
+        profile = {"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": token}
+        path.touch(mode=0o600, exist_ok=True)
+        path.chmod(0o600)
+        path.write_text(json.dumps(profile, indent=2) + "\n", encoding="utf-8")
+        written.append((recipient.name, path))
+    return written
 
 
 def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
@@ -328,10 +368,15 @@ def _check(args: argparse.Namespace) -> int:
     reports = check_tables(
         TableService(config), configured_tables(config), timeout_seconds=args.timeout
     )
+    warnings = list(config.warnings)
     if args.format == "json":
-        _write(json.dumps([r.to_json() for r in reports], indent=2, ensure_ascii=False))
+        document = {"warnings": warnings, "tables": [r.to_json() for r in reports]}
+        _write(json.dumps(document, indent=2, ensure_ascii=False))
     else:
-        _write(_check_table_text(reports))
+        _write("".join(f"warning: {w}\n" for w in warnings) + _check_table_text(reports))
+    if args.strict and warnings:
+        print(f"lakeshare: {len(warnings)} configuration warning(s) (--strict)", file=sys.stderr)
+        return 2
     return 1 if any(r.status is Status.UNUSABLE for r in reports) else 0
 
 
@@ -374,12 +419,14 @@ def _human_size(size: int) -> str:
 
 
 def _write(text: str) -> None:
-    """Print to stdout; a reader that went away (`| head`) is not worth a traceback."""
+    """Print to stdout; a reader that went away (`| head`) is not worth a traceback, nor a
+    change of the command's exit code."""
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if not stdout_gone():
+            raise
 
 
 # --- inspect -----------------------------------------------------------------------------

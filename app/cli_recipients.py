@@ -7,7 +7,6 @@ serve` reads, to find the store; changes reach running servers within the store'
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import os
 import sys
@@ -16,14 +15,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.terminal import printable
 from sharing.config import ConfigError, ServerConfig, load_config
 from sharing.errors import SharingError
 from sharing.recipients.audit import AuditEvent, query_events
 from sharing.recipients.directory import RecipientDirectory
 from sharing.recipients.hashing import hash_password, hash_token
 from sharing.recipients.model import CredentialType
-from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
-from sharing.recipients.profiles import endpoint_url, profile_for
+from sharing.recipients.names import (
+    InvalidValue,
+    parse_duration,
+    parse_instant,
+    property_assignment,
+)
+from sharing.recipients.profiles import (
+    endpoint_url,
+    is_loopback_host,
+    local_only_warning,
+    profile_for,
+)
 from sharing.recipients.repository import IssuedCredential, RecipientRepository
 from sharing.recipients.views import recipient_json
 from sharing.store import StoreError, open_store
@@ -39,21 +49,12 @@ def anonymous_refusal(directory: RecipientDirectory, config: ServerConfig, host:
     the configuration loader, which sees no bearer token and no recipient.)"""
     if not directory.anonymous:
         return ""
-    if config.allow_anonymous or _loopback(host):
+    if config.allow_anonymous or is_loopback_host(host):
         return ""
     return (
         f"refusing to listen on {host!r} without authorization: configure "
         "'authorization.bearerToken' or recipients, or set 'allowAnonymous: true'"
     )
-
-
-def _loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def add_recipient_commands(commands: Any) -> None:
@@ -79,13 +80,21 @@ def add_recipient_commands(commands: Any) -> None:
     create.add_argument("--recipient-expires", metavar="TIME", help="recipient expiry (ISO-8601)")
     create.add_argument("--ip", action="append", default=[], metavar="CIDR", help="allow-list")
     create.add_argument("--comment", default="", help="free-form comment")
+    create.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a property, read by partition filters' current_recipient('KEY') (repeat)",
+    )
     create.add_argument("--public-key", metavar="FILE", help="PEM/JWK (private-key-jwt)")
     create.add_argument("--key-id", help="key id of --public-key")
     create.add_argument(
         "--private-key-out",
         metavar="FILE",
         help="private-key-jwt without --public-key: write the generated private key here "
-        "(0600; default <NAME>-private-key.pem)",
+        "(0600; default <NAME>-private-key.pem beside the profile); the profile names it "
+        "relative to its own directory",
     )
     create.add_argument(
         "--private-key-file",
@@ -116,6 +125,14 @@ def add_recipient_commands(commands: Any) -> None:
     rotate.add_argument("--type", choices=_TYPES, help="credential type (default: current)")
     rotate.add_argument("--expires-in", metavar="DURATION", help="new credential lifetime")
     _profile_options(rotate)
+    set_properties = command(
+        "set-properties",
+        "set properties (read by partition filters' current_recipient('KEY'))",
+        _set_properties,
+    )
+    set_properties.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    unset_properties = command("unset-properties", "remove properties", _unset_properties)
+    unset_properties.add_argument("keys", nargs="+", metavar="KEY")
     command("disable", "cut a recipient off (keeps its data)", _disable)
     command("enable", "let a disabled recipient in again", _enable)
     command("delete", "delete a recipient, its grants and credentials", _delete)
@@ -126,7 +143,12 @@ def add_recipient_commands(commands: Any) -> None:
         "audit", help="read the audit trail", description="Read the audit trail of the store."
     )
     audit.add_argument("--config", metavar="FILE", required=True, help="server config")
-    audit.add_argument("--recipient", help="only this recipient")
+    audit.add_argument("--recipient", help="only records verified to come from this recipient")
+    audit.add_argument(
+        "--claimed",
+        metavar="RECIPIENT",
+        help="only refusals of requests that claimed to be this recipient without proof",
+    )
     audit.add_argument("--share", help="only this share")
     audit.add_argument("--since", metavar="TIME", help="ISO-8601 time or a duration ago (1h)")
     audit.add_argument(
@@ -193,13 +215,28 @@ def _iso(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _profile_endpoint(args: argparse.Namespace, config: ServerConfig) -> str:
+    """The endpoint the profile (or activation link) names; refused before anything is
+    written when the server has no address a recipient could reach, and warned about when
+    it names this machine only."""
+    endpoint = endpoint_url(config, args.endpoint, how="--endpoint URL")
+    warning = "" if args.endpoint else local_only_warning(endpoint)
+    if warning:
+        print(f"lakeshare: warning: {warning} (--endpoint URL)", file=sys.stderr)
+    return endpoint
+
+
 def _emit_profile(
-    args: argparse.Namespace, config: ServerConfig, issued: IssuedCredential, name: str
+    args: argparse.Namespace,
+    config: ServerConfig,
+    issued: IssuedCredential,
+    name: str,
+    endpoint: str,
 ) -> None:
     profile = profile_for(
         issued,
         name,
-        endpoint_url(config, args.endpoint),
+        endpoint,
         version=args.profile_version,
         config=config,
         private_key_file=getattr(args, "private_key_file", None),
@@ -222,6 +259,12 @@ def _create(args: argparse.Namespace) -> int:
     def body(config: ServerConfig, repository: RecipientRepository) -> int:
         if not args.share:
             raise InvalidValue("give at least one --share")
+        if args.activation_link and args.profile_out:
+            raise InvalidValue(
+                "--profile-out does not apply with --activation-link: the link serves the "
+                "profile to the recipient once, and no profile is written here; drop one of them"
+            )
+        endpoint = _profile_endpoint(args, config)
         kind = CredentialType(args.type)
         public_key = Path(args.public_key).read_text() if args.public_key else None
         generated = _generated_key(args, kind, public_key)
@@ -239,11 +282,12 @@ def _create(args: argparse.Namespace) -> int:
                 expires_at=_recipient_expiry(args),
                 ip_allow_list=args.ip,
                 comment=args.comment,
+                properties=_assignments(args.property),
             )
             url = create_link(
                 repository,
                 recipient.name,
-                endpoint_url(config, args.endpoint),
+                endpoint,
                 credential_expires_at=_ms_in(args.expires_in),
             )
             print(url)
@@ -258,11 +302,12 @@ def _create(args: argparse.Namespace) -> int:
             comment=args.comment,
             public_key=public_key,
             key_id=args.key_id,
+            properties=_assignments(args.property),
         )
         assert issued is not None
         if generated is not None:
-            _write_private_key(generated[2], generated[0])
-        _emit_profile(args, config, issued, recipient.name)
+            _write_private_key(generated[2], generated[0], args.private_key_file)
+        _emit_profile(args, config, issued, recipient.name, endpoint)
         return 0
 
     return _run(args, body)
@@ -273,27 +318,39 @@ def _generated_key(
 ) -> tuple[str, str, Path] | None:
     """For a private-key-jwt recipient without --public-key: a new RS256 key pair and the
     file its private half goes to — (private PEM, public PEM, path). Checked before the
-    recipient is created, written after, so a failing command leaves nothing behind."""
+    recipient is created, written after, so a failing command leaves nothing behind.
+
+    The key goes beside the profile by default, and the profile names it relative to its
+    own directory (`args.private_key_file`; just the file name when the key was written
+    elsewhere): a path on the provider's machine would mean nothing to the recipient."""
     if kind is not CredentialType.PRIVATE_KEY_JWT or public_key is not None:
         if args.private_key_out:
             raise InvalidValue("--private-key-out is for private-key-jwt without --public-key")
         return None
     from sharing.recipients.oauth.public_keys import generate_key_pair
 
-    path = Path(args.private_key_out or f"{args.name}-private-key.pem").resolve()
+    profile_dir = Path(args.profile_out).resolve().parent if args.profile_out else Path.cwd()
+    path = Path(args.private_key_out or profile_dir / f"{args.name}-private-key.pem").resolve()
     if path.exists():
         raise InvalidValue(f"{path} exists: not overwriting a private key")
     if not path.parent.is_dir():
         raise InvalidValue(f"{path.parent} is not a directory")
-    args.private_key_file = str(path)
+    beside = path.is_relative_to(profile_dir)
+    args.private_key_file = str(path.relative_to(profile_dir)) if beside else path.name
     private_pem, public_pem = generate_key_pair("RS256")
     return private_pem, public_pem, path
 
 
-def _write_private_key(path: Path, pem: str) -> None:
+def _write_private_key(path: Path, pem: str, named_as: str) -> None:
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
         handle.write(pem)
-    print(f"private key written to {path} (give it to the recipient; not kept)", file=sys.stderr)
+    print(
+        f"private key written to {path} (give it to the recipient; not kept). The profile "
+        f"names it {named_as!r}, relative to the profile's directory: the recipient keeps "
+        "the two files together (the official Python client opens the key relative to its "
+        "working directory, so run it there, or make privateKeyFile absolute)",
+        file=sys.stderr,
+    )
 
 
 def _recipient_expiry(args: argparse.Namespace) -> int | None:
@@ -361,13 +418,42 @@ def _revoke(args: argparse.Namespace) -> int:
 
 def _rotate(args: argparse.Namespace) -> int:
     def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        endpoint = _profile_endpoint(args, config)
         issued = repository.rotate(
             args.name,
             grace_seconds=parse_duration(args.grace),
             credential_type=CredentialType(args.type) if args.type else None,
             expires_at=_ms_in(args.expires_in),
         )
-        _emit_profile(args, config, issued, repository.require(args.name).name)
+        _emit_profile(args, config, issued, repository.require(args.name).name, endpoint)
+        return 0
+
+    return _run(args, body)
+
+
+def _assignments(texts: list[str]) -> dict[str, str]:
+    """KEY=VALUE arguments as a mapping (a key given twice: the last value)."""
+    return dict(property_assignment(text) for text in texts)
+
+
+def _print_properties(name: str, properties: tuple[tuple[str, str], ...]) -> None:
+    shown = ", ".join(f"{k}={v}" for k, v in properties) or "-"
+    print(f"{name}: properties {shown}")
+
+
+def _set_properties(args: argparse.Namespace) -> int:
+    def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        recipient = repository.set_properties(args.name, _assignments(args.assignments))
+        _print_properties(recipient.name, recipient.properties)
+        return 0
+
+    return _run(args, body)
+
+
+def _unset_properties(args: argparse.Namespace) -> int:
+    def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        recipient = repository.unset_properties(args.name, args.keys)
+        _print_properties(recipient.name, recipient.properties)
         return 0
 
     return _run(args, body)
@@ -420,6 +506,7 @@ def _audit(args: argparse.Namespace) -> int:
         events = query_events(
             repository.store,
             recipient=args.recipient,
+            claimed=args.claimed,
             share=args.share,
             since=since,
             failed=args.failed,
@@ -441,6 +528,7 @@ def _audit(args: argparse.Namespace) -> int:
             "BYTES",
             "STATUS",
             "REASON",
+            "CLAIMED",
         )
         rows = [
             (
@@ -455,6 +543,7 @@ def _audit(args: argparse.Namespace) -> int:
                 "-" if e.bytes is None else str(e.bytes),
                 str(e.status),
                 e.reason or "-",
+                _claimed(e),
             )
             for e in events
         ]
@@ -470,7 +559,18 @@ def _target(event: AuditEvent) -> str:
     return f"{table}/{event.file}" if event.file else table
 
 
+def _claimed(event: AuditEvent) -> str:
+    """recipient/credential a refused request claimed without proof; "-" when none."""
+    if event.claimed_recipient is None and event.claimed_credential_id is None:
+        return "-"
+    return f"{event.claimed_recipient or '?'}/{event.claimed_credential_id or '-'}"
+
+
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
+    """Aligned columns; every cell escaped (`app.terminal.printable`): names, paths and user
+    agents come from requests, and a newline or an escape sequence must not reach the
+    terminal as such."""
+    shown = [tuple(printable(cell) for cell in row) for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in shown) for i in range(len(header))]
+    for row in shown:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

@@ -17,7 +17,17 @@ from app.metrics import Metrics
 from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
 from app.proxies import ForwardedMiddleware
-from app.routes import activation, credentials, files, health, landing, listing, queries, tables
+from app.routes import (
+    activation,
+    credentials,
+    endpoint_check,
+    files,
+    health,
+    landing,
+    listing,
+    queries,
+    tables,
+)
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
 from app.routing import ProtocolApp, authenticated_routes
@@ -76,6 +86,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     # What requests share is built once, here: a configuration error stops start-up
     # instead of failing the first request, and first requests cannot race to build it.
     metrics = Metrics(config) if config.metrics.enabled else None
+    if metrics is not None and app.state.recipients.writer is not None:
+        app.state.recipients.writer.on_dropped = metrics.audit_records_dropped
     app.state.tables = TableService(
         config,
         stats_warmer=StatsWarmer(),
@@ -114,6 +126,14 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(landing.router)
     app.add_api_route(prefix, landing.landing, methods=["GET"], include_in_schema=False)
     app.add_api_route(prefix + "/", landing.landing, methods=["GET"], include_in_schema=False)
+    for path in (prefix, prefix + "/"):  # basic profiles' pre-request call (official client)
+        app.add_api_route(
+            path,
+            endpoint_check.credentials_check,
+            methods=["POST"],
+            dependencies=authenticated,
+            include_in_schema=False,
+        )
     app.add_api_route(
         prefix + OPENAPI_PATH, serve_openapi, methods=["GET"], include_in_schema=False
     )

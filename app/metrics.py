@@ -170,6 +170,13 @@ class Metrics:
             "budget (store.failedAuthAuditPerMinute).",
             registry=reg,
         )
+        self.audit_dropped = Counter(
+            "lakeshare_audit_records_dropped",
+            "Audit records lost: the in-memory buffer was full while the store was "
+            "unreachable, or the store refused a record even in its safe form (logged at "
+            "ERROR).",
+            registry=reg,
+        )
         self._request_children: dict[tuple[object, ...], _RequestChildren] = {}
         self._snapshot_children: dict[tuple[str, str, str, str], Counter] = {}
         self._cache_hits: Counter | None = None  # made on the first hit (no 0 series before)
@@ -240,6 +247,9 @@ class Metrics:
 
     def refusal_unrecorded(self) -> None:
         self.refusals_unrecorded.inc()
+
+    def audit_records_dropped(self, count: int) -> None:
+        self.audit_dropped.inc(count)
 
     def signed(self, signer: str, urls: int, seconds: float) -> None:
         self.signing.labels(signer).observe(seconds)

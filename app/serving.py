@@ -13,7 +13,14 @@ request:
 - no complete header section `headerReadTimeoutSeconds` after its first byte -> 408;
   no complete body `bodyReadTimeoutSeconds` after the headers -> closed; a connection
   silent for `idleTimeoutSeconds` (also right after it opens) -> closed;
-- more than `maxConnections` open connections -> 503 with Retry-After, closed at once.
+- more than `maxConnections` open connections -> 503 with Retry-After, closed at once;
+- a response that closes the connection while its request body is still arriving (the
+  413 of `app.limits`) is a lingering close: the response and our FIN go out, then what
+  the client still sends is read and discarded, up to `drainBodyBytes` and
+  `drainTimeoutSeconds`, before the socket is closed. Closing at once with unread input
+  makes the kernel answer with a reset, and a client still sending its body (without
+  `Expect: 100-continue`) would see ECONNRESET instead of the 413. A client that sends
+  `Expect: 100-continue` gets the 413 before any `100 Continue`, so it sends no body.
 
 Refusals are the protocol's JSON error body and close the connection. `build_server` is
 the one place that builds the uvicorn server, so the process model (workers) extends it.
@@ -76,6 +83,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._refusal: bytes | None = None
+        self._lingering = False  # the response is out; the unread body is being discarded
+        self._drained_bytes = 0
+        self._drain_timer: asyncio.TimerHandle | None = None
 
     # --- connection --------------------------------------------------------------------
 
@@ -105,12 +115,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _cancel_timers(self) -> None:
-        for timer in (self._head_timer, self._body_timer):
+        for timer in (self._head_timer, self._body_timer, self._drain_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._body_timer = None
+        self._head_timer = self._body_timer = self._drain_timer = None
+
+    def eof_received(self) -> None:
+        if self._lingering:  # the client sent all it meant to: the drain is over
+            self._cancel_timers()
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            self._discard(data)
+            return
         if self._refusal is not None or self.transport.is_closing():
             return
         self._unset_keepalive_if_required()
@@ -191,6 +209,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().on_headers_complete()  # the body timer: at the end of this read, if needed
+        if self.cycle is not None and self.cycle.transport is self.transport:
+            self.cycle.transport = _LingeringTransport(self)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         if self._body_timer is not None:
@@ -198,6 +218,54 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._body_timer = None
         self._awaiting_head = True
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if self._lingering:  # no keep-alive timer, no pipelined request: only the drain
+            self.server_state.total_requests += 1
+            return
+        super().on_response_complete()
+
+    # --- lingering close ---------------------------------------------------------------
+
+    def close_after_response(self) -> None:
+        """The close a request's cycle asks for: lingering while the request body is still
+        arriving after a complete response, else at once."""
+        cycle = self.cycle
+        body_unread = not self._awaiting_head and cycle is not None and cycle.response_complete
+        if self._lingering or self.transport.is_closing():
+            return
+        if not body_unread or not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self._lingering = True
+        self._cancel_timers()
+        self._unset_keepalive_if_required()
+        self.transport.write_eof()  # after the response: the client reads it, then our FIN
+        self.flow.resume_reading()
+        self._drain_timer = self.loop.call_later(
+            self.limits.drain_timeout_seconds, self._drain_timed_out
+        )
+
+    def _discard(self, data: bytes) -> None:
+        self._drained_bytes += len(data)
+        if self._drained_bytes > self.limits.drain_body_bytes and not self.transport.is_closing():
+            log.warning(
+                "cut off a refused request's body after discarding %d bytes (drainBodyBytes)",
+                self.limits.drain_body_bytes,
+            )
+            self._cancel_timers()
+            self.transport.close()
+
+    def _drain_timed_out(self) -> None:
+        self._drain_timer = None
+        if not self.transport.is_closing():
+            log.warning(
+                "cut off a refused request's body still arriving after %ss "
+                "(drainTimeoutSeconds, %d bytes discarded)",
+                self.limits.drain_timeout_seconds,
+                self._drained_bytes,
+            )
+            self.transport.close()
 
     # --- refusals ----------------------------------------------------------------------
 
@@ -266,6 +334,22 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._refusal is not None and (self.cycle is None or self.cycle.response_complete):
             self.transport.write(self._refusal)
         self.transport.close()
+
+
+class _LingeringTransport:
+    """The connection's transport as a request's cycle sees it: uvicorn's cycle closes the
+    transport itself once a `connection: close` response is complete; here that close is
+    the protocol's `close_after_response`. Everything else is the real transport."""
+
+    def __init__(self, protocol: LimitedHttpToolsProtocol) -> None:
+        self._protocol = protocol
+        self._transport = protocol.transport
+
+    def close(self) -> None:
+        self._protocol.close_after_response()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def limited_protocol(limits: LimitsConfig) -> type[LimitedHttpToolsProtocol]:

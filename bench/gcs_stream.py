@@ -39,7 +39,8 @@ from google.auth import credentials as ga_credentials
 
 from deltalog.actions import ADD_SCHEMA
 from deltalog.storage.gcs import GcsStorage
-from sharing.formats import FileContext, writer_for
+from sharing.formats import FileContext
+from sharing.formats.writers import writer_for
 from sharing.presign.gcs import GcsSigner, IamKey, RsaKey
 from sharing.presign.gcs_iam import IamBlobSigner
 from sharing.query.plan import FileSection, QueryPlan

@@ -239,15 +239,17 @@ def private_key_jwt(profile: Profile, now: dt.datetime | None = None) -> str:
     claims: dict[str, object] = {
         "iss": profile.client_id,
         "sub": profile.client_id,
-        "aud": profile.audience or profile.issuer or profile.token_endpoint,
+        # As the official client: the profile's `issuer` is the assertion's audience, and
+        # its `audience` (the sharing endpoint) goes in the `resource` claim.
+        "aud": profile.issuer or profile.token_endpoint,
         "iat": issued,
         "exp": issued + 120,
         "jti": str(uuid.uuid4()),
     }
     if profile.scope:
         claims["scope"] = profile.scope
-    if profile.resource:
-        claims["resource"] = profile.resource
+    if profile.resource or profile.audience:
+        claims["resource"] = profile.resource or profile.audience
     signing_input = ".".join(
         _b64url(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims)
     ).encode("ascii")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -94,7 +94,16 @@ class Profile:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ProfileError(f"cannot read the profile file {path}: {exc.strerror}") from exc
-        return cls.from_json(text)
+        profile = cls.from_json(text)
+        key = profile.private_key_file
+        if key and not Path(key).expanduser().is_absolute():
+            # Relative to the profile's directory, where `lakeshare recipients create` puts
+            # the key (the official client opens it relative to the working directory,
+            # which is the same place when run from there).
+            beside = path.parent / key
+            if beside.exists() or not Path(key).exists():
+                profile = replace(profile, private_key_file=str(beside))
+        return profile
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Profile | None:

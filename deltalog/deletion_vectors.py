@@ -239,6 +239,27 @@ def serialize_bitmap(rows: BitMap64) -> bytes:
 def _read_stored_bitmap(
     storage: Storage, key: str, descriptor: DeletionVectorDescriptor
 ) -> BitMap64:
+    chunk = _read_stored_frame(storage, key, descriptor)
+    return parse_bitmap(chunk[4:-4])
+
+
+def stored_frame(storage: Storage, table_root: str, descriptor: DeletionVectorDescriptor) -> bytes:
+    """A DV as its file stores it, checked: [size: u32 BE][magic + bitmap][crc32: u32 BE].
+    Inline DVs get the same framing. (These bytes are what an Iceberg v3 Puffin
+    `deletion-vector-v1` blob holds, byte for byte.)"""
+    if descriptor.storage_type == "i":
+        try:
+            raw = z85.decode(descriptor.path_or_inline_dv, descriptor.size_in_bytes)
+        except z85.Z85Error as exc:
+            raise DeletionVectorError(f"bad inline deletion vector: {exc}") from exc
+        if len(raw) < 8 or struct.unpack_from("<I", raw, 0)[0] != MAGIC_NUMBER:
+            raw = serialize_bitmap(parse_bitmap(raw))  # the older native layout
+        return struct.pack(">I", len(raw)) + raw + struct.pack(">I", zlib.crc32(raw))
+    key = absolute_path(table_root, descriptor, storage)
+    return _read_stored_frame(storage, key, descriptor)
+
+
+def _read_stored_frame(storage: Storage, key: str, descriptor: DeletionVectorDescriptor) -> bytes:
     offset = descriptor.offset if descriptor.offset is not None else 1
     size = descriptor.size_in_bytes
     try:
@@ -262,7 +283,7 @@ def _read_stored_bitmap(
         raise DeletionVectorError(
             f"deletion vector checksum mismatch in {key.rsplit('/', 1)[-1]} at offset {offset}"
         )
-    return parse_bitmap(data)
+    return chunk
 
 
 class BitmapCache:

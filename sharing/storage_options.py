@@ -15,7 +15,8 @@ from dataclasses import fields
 from typing import Any
 
 from deltalog import DeltaError
-from deltalog.storage.kinds import StorageKind, backend_module, storage_kind
+from deltalog.storage.backends import backend_module
+from deltalog.storage.kinds import StorageKind, storage_kind
 
 __all__ = [
     "SECRET_OPTIONS",

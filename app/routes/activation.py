@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from app.responses import JsonResponse
 from sharing.errors import ResourceNotFound
 from sharing.recipients.activation import redeem
-from sharing.recipients.profiles import profile_for
+from sharing.recipients.profiles import profile_for, served_endpoint
 from sharing.recipients.runtime import Recipients
 
 __all__ = ["router"]
@@ -31,6 +31,6 @@ async def activate(request: Request, secret: str) -> JsonResponse:
     if redeemed is None:  # unknown, used, expired, or its recipient disabled/expired/gone
         raise ResourceNotFound(_NOT_FOUND)
     name, issued = redeemed
-    endpoint = str(request.base_url).rstrip("/") + request.app.state.config.endpoint + "/"
+    endpoint = served_endpoint(request.app.state.config, str(request.base_url))
     headers = {"Cache-Control": "no-store"}
     return JsonResponse(profile_for(issued, name, endpoint), headers=headers)

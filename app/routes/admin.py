@@ -1,6 +1,8 @@
 """The admin REST API: the operations of `lakeshare recipients` and `lakeshare audit` over
 HTTP, under `admin.prefix` (default /admin), described at `{prefix}/openapi.json` (and
-browsable at `{prefix}/docs`).
+browsable at `{prefix}/docs`, a Swagger UI page served with its assets by the server:
+`app.swagger_page`). The description declares bearer authentication, so the page's
+"Authorize" dialog takes the admin token.
 
 It is a separate FastAPI application mounted on the server, authenticated by the admin
 token of the configuration (`admin.token` or `admin.tokenHash`) — never by a recipient
@@ -12,15 +14,17 @@ them (a profile), never in a log.
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.audit import attribute_to, refused
 from app.errors import install_error_handlers
 from app.responses import JsonResponse
+from app.swagger_page import install_swagger_page
 from sharing.config import ServerConfig
 from sharing.errors import Forbidden, InvalidParameter
 from sharing.recipients.activation import create_link
@@ -29,7 +33,13 @@ from sharing.recipients.directory import ADMIN_RECIPIENT, Challenge
 from sharing.recipients.hashing import hash_token, token_matches
 from sharing.recipients.model import CredentialType
 from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
-from sharing.recipients.profiles import endpoint_url, profile_for
+from sharing.recipients.profiles import (
+    endpoint_url,
+    is_loopback_host,
+    local_only_warning,
+    profile_for,
+    served_endpoint,
+)
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
 from sharing.recipients.runtime import Recipients
@@ -41,6 +51,10 @@ __all__ = ["build_admin_app"]
 log = logging.getLogger("lakeshare.admin")
 
 _REALM = 'Bearer realm="lakeshare-admin"'
+_ENDPOINT_HELP = (
+    "the URL recipients reach the server at, written in the profile or link (default: "
+    "publicUrl, else the URL this request reached the server at)"
+)
 
 
 class CreateRecipient(BaseModel):
@@ -55,6 +69,16 @@ class CreateRecipient(BaseModel):
     keyId: str | None = None
     activationLink: bool = Field(default=False, description="answer a one-time profile URL")
     profileVersion: int = Field(default=1, ge=1, le=2)
+    endpoint: str | None = Field(default=None, description=_ENDPOINT_HELP)
+    properties: dict[str, str] = Field(
+        default={}, description="properties read by partition filters' current_recipient()"
+    )
+
+
+class Properties(BaseModel):
+    properties: dict[str, str] = Field(
+        min_length=1, description="properties to set (others are kept)"
+    )
 
 
 class Shares(BaseModel):
@@ -70,6 +94,7 @@ class Rotate(BaseModel):
     type: CredentialType | None = None
     expiresIn: str | None = None
     profileVersion: int = Field(default=1, ge=1, le=2)
+    endpoint: str | None = Field(default=None, description=_ENDPOINT_HELP)
 
 
 def _recipients(request: Request) -> Recipients:
@@ -84,14 +109,26 @@ def _repository(request: Request) -> RecipientRepository:
     return repository
 
 
-def _require_admin(request: Request) -> None:
+# Declares the scheme in the OpenAPI description (and on every operation); the checks and
+# their errors are ours (auto_error off: no missing or non-bearer header is answered by it).
+_ADMIN_BEARER = HTTPBearer(
+    scheme_name="adminToken",
+    description="The admin token of the configuration (`admin.token`), as "
+    "`Authorization: Bearer <token>`.",
+    auto_error=False,
+)
+
+
+def _require_admin(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_ADMIN_BEARER)],
+) -> None:
     expected: str = request.app.state.admin_token_hash
-    header = request.headers.get("authorization") or ""
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         refused(request, Refusal(Reason.MISSING_CREDENTIALS))
         raise Challenge("Missing admin bearer token in the Authorization header.", _REALM)
-    if not token_matches(token.strip(), expected):
+    if not token_matches(token, expected):
         refused(request, Refusal(Reason.INVALID_CREDENTIALS))
         raise Challenge("The admin token is invalid.", f'{_REALM}, error="invalid_token"')
     attribute_to(request, ADMIN_RECIPIENT, None)  # the audit trail records admin operations
@@ -108,16 +145,32 @@ def _ms_in(duration: str | None) -> int | None:
     return None if not duration else now_ms() + parse_duration(duration) * 1000
 
 
-def _endpoint(request: Request) -> str:
+def _endpoint(request: Request, override: str | None) -> tuple[str, str]:
+    """The endpoint a profile or link names, and a warning when it reaches this machine only.
+    As `lakeshare recipients`: the body's `endpoint`, else `publicUrl`, else the URL the admin
+    reached the server at — refused when that is a loopback address of a server listening on
+    other interfaces too (the recipient would be handed an address of their own machine)."""
     config: ServerConfig = request.app.state.config
-    if config.public_url:
-        return endpoint_url(config)
+    if override or config.public_url:
+        return endpoint_url(config, override), ""
     root = str(request.scope.get("root_url") or request.base_url)
     prefix = request.app.state.admin_prefix
     base = root.rstrip("/")
     if base.endswith(prefix):
         base = base[: -len(prefix)]
-    return f"{base}{config.endpoint}/"
+    endpoint = served_endpoint(config, base)
+    warning = local_only_warning(endpoint)
+    if warning and not is_loopback_host(config.host):
+        raise InvalidValue(
+            f"this request reached the server at a loopback address, so the profile would "
+            f"name {endpoint}, which a recipient cannot reach; set 'publicUrl' in the "
+            'configuration or give "endpoint" in the request body'
+        )
+    return endpoint, warning
+
+
+def _warned(answer: dict[str, Any], warning: str) -> dict[str, Any]:
+    return {**answer, "warning": warning} if warning else answer
 
 
 def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | None:
@@ -129,7 +182,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         title="Lakeshare admin API",
         description="Manage recipients (credentials, grants) and read the audit trail. "
         "Authenticate with `Authorization: Bearer <admin token>`.",
-        docs_url="/docs",
+        docs_url=None,  # install_swagger_page below: Swagger UI without a CDN
         redoc_url=None,
         openapi_url="/openapi.json",
         dependencies=[Depends(_require_admin)],
@@ -138,6 +191,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
     app.state.recipients = recipients
     app.state.admin_prefix = admin.prefix
     app.state.admin_token_hash = admin.token_hash or hash_token(admin.token or "")
+    install_swagger_page(app, "/docs")
     install_error_handlers(app)
     app.add_exception_handler(InvalidValue, _invalid_value)  # type: ignore[arg-type]
 
@@ -155,6 +209,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
             if body.recipientExpires
             else None
         )
+        endpoint, warning = _endpoint(request, body.endpoint)
         if body.activationLink:
             if body.type is not CredentialType.BEARER:
                 raise InvalidParameter("activation links serve bearer-token profiles only")
@@ -165,17 +220,17 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
                 expires_at=expires,
                 ip_allow_list=body.ipAllowList,
                 comment=body.comment,
+                properties=body.properties,
             )
             url = create_link(
                 repository,
                 recipient.name,
-                _endpoint(request),
+                endpoint,
                 credential_expires_at=_ms_in(body.expiresIn),
             )
             log.info("admin: created recipient %s (activation link)", recipient.name)
-            return JsonResponse(
-                {"recipient": recipient_json(recipient), "activationUrl": url}, status_code=201
-            )
+            answer = {"recipient": recipient_json(recipient), "activationUrl": url}
+            return JsonResponse(_warned(answer, warning), status_code=201)
         recipient, issued = repository.create(
             body.name,
             body.shares,
@@ -186,18 +241,15 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
             comment=body.comment,
             public_key=body.publicKey,
             key_id=body.keyId,
+            properties=body.properties,
         )
         assert issued is not None
         log.info("admin: created recipient %s", recipient.name)
         profile = profile_for(
-            issued,
-            recipient.name,
-            _endpoint(request),
-            version=body.profileVersion,
-            config=config,
+            issued, recipient.name, endpoint, version=body.profileVersion, config=config
         )
         return JsonResponse(
-            {"recipient": recipient_json(recipient), "profile": profile},
+            _warned({"recipient": recipient_json(recipient), "profile": profile}, warning),
             status_code=201,
             headers={"Cache-Control": "no-store"},
         )
@@ -215,6 +267,19 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
     def ungrant(name: str, share: str, repository: Repository) -> JsonResponse:
         return JsonResponse(recipient_json(repository.ungrant(name, [share])))
 
+    @app.post(
+        "/recipients/{name}/properties",
+        summary="Set properties (read by partition filters' current_recipient('key'))",
+    )
+    def set_properties(name: str, body: Properties, repository: Repository) -> JsonResponse:
+        recipient = repository.set_properties(name, body.properties, actor="admin")
+        return JsonResponse(recipient_json(recipient))
+
+    @app.delete("/recipients/{name}/properties/{key}", summary="Remove a property")
+    def unset_property(name: str, key: str, repository: Repository) -> JsonResponse:
+        recipient = repository.unset_properties(name, [key], actor="admin")
+        return JsonResponse(recipient_json(recipient))
+
     @app.post("/recipients/{name}/revoke", summary="Revoke credentials now")
     def revoke(name: str, body: Revoke, repository: Repository) -> JsonResponse:
         ids = repository.revoke(name, body.credentialId)
@@ -225,6 +290,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         "/recipients/{name}/rotate", summary="Issue a new credential; old ones end after grace"
     )
     def rotate(request: Request, name: str, body: Rotate, repository: Repository) -> JsonResponse:
+        endpoint, warning = _endpoint(request, body.endpoint)
         issued = repository.rotate(
             name,
             grace_seconds=parse_duration(body.grace),
@@ -233,13 +299,11 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         )
         recipient = repository.require(name)
         profile = profile_for(
-            issued,
-            recipient.name,
-            _endpoint(request),
-            version=body.profileVersion,
-            config=config,
+            issued, recipient.name, endpoint, version=body.profileVersion, config=config
         )
-        return JsonResponse({"profile": profile}, headers={"Cache-Control": "no-store"})
+        return JsonResponse(
+            _warned({"profile": profile}, warning), headers={"Cache-Control": "no-store"}
+        )
 
     @app.post("/recipients/{name}/disable", summary="Cut a recipient off")
     def disable(name: str, repository: Repository) -> JsonResponse:
@@ -257,7 +321,16 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
     @app.get("/audit", summary="Audit records, oldest first (the newest `limit`)")
     def audit(
         repository: Repository,
-        recipient: str | None = None,
+        recipient: Annotated[
+            str | None, Query(description="only records verified to come from this recipient")
+        ] = None,
+        claimed: Annotated[
+            str | None,
+            Query(
+                description="only refusals of requests that claimed to be this recipient "
+                "without proof"
+            ),
+        ] = None,
         share: str | None = None,
         since: Annotated[str | None, Query(description="ISO-8601 time")] = None,
         failed: Annotated[
@@ -269,6 +342,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         events = query_events(
             repository.store,
             recipient=recipient,
+            claimed=claimed,
             share=share,
             since=since_ms,
             failed=failed,

@@ -3,14 +3,13 @@
 Authorised by the URL's signature (see presign.local_verify), not by the bearer token, so the
 recipient's Parquet and Delta readers can fetch files like any pre-signed object URL. The
 recipient and credential the URL was signed for become the request's principal, so the
-audit trail attributes the download (and the bytes sent) to them. The
+audit trail attributes the download (and the bytes sent) to them; a refused URL is recorded
+with that holder as verified when its signature held (expired), as claimed otherwise. The
 file is opened, sized and read from before the status line is sent: a file the server
 cannot read is a JSON error (logged at ERROR), never a 200 with a cut-off body.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -49,13 +48,8 @@ async def serve_file(request: Request, share: str, schema: str, table: str, path
             params.get("sig"),
             holder,
         )
-    except Forbidden as exc:  # audited with the recipient the URL claims
-        refusal = refusal_of(exc)
-        if holder is not None:
-            refusal = replace(
-                refusal, recipient=holder.recipient, credential_id=holder.credential_id
-            )
-        refused(request, refusal)
+    except Forbidden as exc:  # audited: the holder as verified or as only claimed
+        refused(request, refusal_of(exc))
         raise
     if holder is not None:  # always, once open() accepted the signature
         attribute_to(request, holder.recipient, holder.credential_id)

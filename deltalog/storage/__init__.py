@@ -9,8 +9,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from deltalog.errors import DeltaError
+from deltalog.storage.backends import backend_module
 from deltalog.storage.base import FileInfo, Storage
-from deltalog.storage.kinds import StorageKind, backend_module, storage_kind, uri_scheme
+from deltalog.storage.kinds import StorageKind, storage_kind, uri_scheme
 from deltalog.storage.local import LocalStorage
 
 __all__ = ["FileInfo", "LocalStorage", "Storage", "StorageKind", "resolve", "storage_kind"]

@@ -3,7 +3,8 @@
 Callers decide what to do with a storage by its `kind` (every backend has one), not by
 importing its class: the cloud backends import their SDKs, so a server sharing only local
 tables never loads boto3, azure or google-cloud, and a check like "is this S3?" must not
-load them either.
+load them either. The backends import this module; it imports none of them (the lazy
+dispatch from a kind to its backend module is `deltalog.storage.backends`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
 from deltalog.errors import DeltaError
@@ -23,7 +24,6 @@ __all__ = [
     "SCHEMES",
     "StorageKind",
     "as_backend",
-    "backend_module",
     "scheme_kind",
     "storage_kind",
     "uri_scheme",
@@ -99,42 +99,6 @@ def storage_kind(uri: str) -> StorageKind:
     if scheme in _NOT_YET:
         raise DeltaError(f"storage scheme '{scheme}://' is not supported yet")
     raise DeltaError(f"unknown storage scheme '{scheme}://'")
-
-
-class BackendOptions(Protocol):
-    """A cloud backend's options class (`S3Options`, `GcsOptions`, `AzureOptions`)."""
-
-    @classmethod
-    def from_mapping(cls, options: Mapping[str, Any] | None) -> BackendOptions: ...
-
-
-class BackendModule(Protocol):
-    """What each cloud backend module offers: its options class and the shared backend
-    for a table URI."""
-
-    @property
-    def OPTIONS(self) -> type[BackendOptions]: ...  # a module constant, read-only here
-
-    def open_uri(
-        self, uri: str, options: Mapping[str, Any] | None = None
-    ) -> tuple[Storage, str]: ...
-
-
-def backend_module(kind: StorageKind) -> BackendModule:
-    """The module of a cloud backend, imported on first use (it loads the cloud's SDK)."""
-    if kind is StorageKind.S3:
-        from deltalog.storage import s3
-
-        return s3
-    if kind is StorageKind.GCS:
-        from deltalog.storage import gcs
-
-        return gcs
-    if kind is StorageKind.AZURE:
-        from deltalog.storage import azure
-
-        return azure
-    raise ValueError(f"{kind.label} storage has no cloud backend module")
 
 
 B = TypeVar("B")

@@ -4,6 +4,7 @@ Walking the file alongside the models' fields (a key is known if it is some fiel
 `prepare`:
 - warns about unknown keys with their full path and a did-you-mean (strict: an error), and
   leaves them out, so a value the server ignores is never expanded or checked;
+- refuses a missing required key whose near miss is present (`locaton:`), naming both;
 - leaves out keys whose value is null (YAML `key:`), which then take their default;
 - expands `${VAR}` references in the string values of known keys (and in the items of
   list settings);
@@ -13,6 +14,7 @@ Everything else (types, ranges, required keys) is the models' job.
 
 from __future__ import annotations
 
+import difflib
 import types
 from collections.abc import Mapping
 from typing import Any, Union, get_args, get_origin
@@ -20,9 +22,9 @@ from typing import Any, Union, get_args, get_origin
 from pydantic.fields import FieldInfo
 
 from sharing.config.context import LoadContext
-from sharing.config.errors import join_path
+from sharing.config.errors import ConfigError, join_path
 from sharing.config.expansion import expand
-from sharing.config.values import PreparedBy, Section
+from sharing.config.values import PreparedBy, Required, Section
 
 __all__ = ["prepare", "section_in"]
 
@@ -34,15 +36,36 @@ def prepare(
     expanded; nested sections prepared the same way."""
     fields = section.document_fields()
     known = tuple(fields)
-    for key in raw:
-        if not isinstance(key, str) or key not in fields:
-            context.unknown_key(join_path(path, str(key)), str(key), known)
+    unknown = [str(key) for key in raw if not isinstance(key, str) or key not in fields]
+    for key in unknown:
+        context.unknown_key(join_path(path, key), key, known)
+    _refuse_misspelt_required(fields, raw, unknown, path)
     prepared: dict[str, Any] = {}
     for key, value in raw.items():
         field = fields.get(key) if isinstance(key, str) else None
         if field is not None and value is not None:
             prepared[key] = _prepare_value(field, value, join_path(path, key), context)
     return prepared
+
+
+def _refuse_misspelt_required(
+    fields: Mapping[str, FieldInfo], raw: Mapping[Any, Any], unknown: list[str], path: str
+) -> None:
+    """A required key that is missing while a near miss of it is present: the model would
+    only say the key must be provided; this names the misspelling too."""
+    if not unknown:
+        return
+    for alias, field in fields.items():
+        if raw.get(alias) is not None:
+            continue
+        for marker in field.metadata:
+            if isinstance(marker, Required):
+                near = difflib.get_close_matches(alias, unknown, n=1)
+                if near:
+                    raise ConfigError(
+                        f"{marker.message}; '{near[0]}' is not a key: did you mean '{alias}'?",
+                        path,
+                    )
 
 
 def _prepare_value(field: FieldInfo, value: Any, path: str, context: LoadContext) -> Any:

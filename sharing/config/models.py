@@ -98,6 +98,20 @@ def random_secret() -> bytes:
 # --- shares, schemas, tables ----------------------------------------------------------------
 
 
+def _partition_filter(value: str | None) -> str | None:
+    """The filter's syntax is checked here; its columns against the table's partition
+    columns at start (sharing.slices.check_filters) and by `lakeshare check`."""
+    from sharing.slices import FilterSyntaxError, parse_partition_filter
+
+    if value is None or not value.strip():
+        return None
+    try:
+        parse_partition_filter(value)
+    except FilterSyntaxError as exc:
+        raise Problem(f"invalid partition filter: {exc}", named=False) from None
+    return value
+
+
 class TableConfig(Section):
     kind: ClassVar[str] = "table"
 
@@ -107,6 +121,9 @@ class TableConfig(Section):
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
     storage_profile: OptionalText = None  # a key of `storageProfiles`
+    # A SQL predicate on partition columns, with current_recipient('key') (sharing.slices):
+    # each recipient sees only the files it selects.
+    partition_filter: Annotated[OptionalText, AfterValidator(_partition_filter)] = None
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
     storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
@@ -212,6 +229,10 @@ class LimitsConfig(Section):
     header_read_timeout_seconds: Positive = 10
     body_read_timeout_seconds: Positive = 60
     idle_timeout_seconds: Positive = 5
+    # After a refusal with the request body still arriving (413), what the server reads and
+    # discards before closing, so the client reads the answer instead of a connection reset.
+    drain_body_bytes: Positive = 128 * _MIB
+    drain_timeout_seconds: Positive = 30
     # Open connections beyond this are answered 503 and closed at once.
     max_connections: Positive = 1000
     # Expensive requests (queries, change feeds, metadata and version: snapshot loads) run at
@@ -275,6 +296,22 @@ def _texts(value: object) -> object:
 
 
 Texts = Annotated[tuple[str, ...], BeforeValidator(_texts)]
+
+
+def _properties(value: object) -> object:
+    from sharing.recipients.names import InvalidValue, recipient_properties
+
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise Problem("must be a mapping of property names to values")
+    try:
+        return recipient_properties({str(key): as_text(item) for key, item in value.items()})
+    except InvalidValue as exc:
+        raise Problem(str(exc), named=False) from None
+
+
+RecipientProperties = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_properties)]
 CREDENTIAL_TYPES_IN_CONFIG = ("bearer", "basic")
 
 
@@ -334,6 +371,12 @@ class RecipientConfig(Section):
     comment: Text = ""
     enabled: Boolean = True
     credentials: tuple[RecipientCredentialConfig, ...] = ()
+    # current_recipient('key') in partition filters (sharing.slices)
+    properties: RecipientProperties = ()
+
+    @field_serializer("properties")
+    def _properties_as_written(self, value: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        return dict(value)
 
 
 class StoreConfig(Section):

@@ -158,18 +158,3 @@ def _plainly_relative(paths: pa.Array) -> bool:
         return False
     starts = offsets[:-1][offsets[:-1] < offsets[1:]] - first  # non-empty paths
     return not (data[starts] == ord("/")).any()
-
-
-_WRITERS: dict[str, FormatWriter] = {}
-
-
-def writer_for(response_format: str) -> FormatWriter:
-    """The writer of a response format (writers hold no state: one of each is shared)."""
-    writer = _WRITERS.get(response_format)
-    if writer is None:
-        from sharing.formats.delta import DeltaWriter
-        from sharing.formats.parquet import ParquetWriter
-
-        writer = DeltaWriter() if response_format == "delta" else ParquetWriter()
-        _WRITERS[response_format] = writer
-    return writer

@@ -75,27 +75,37 @@ class FileServer:
         """The file a signed URL names, or Forbidden / ResourceNotFound. `holder` is what
         the URL's `rcp` and `cid` parameters name (see `url_holder`)."""
         if expires is None or signature is None or holder is None:
-            raise _not_signed()
+            raise _not_signed(holder)
         try:
             expires_ms = parse_integer(expires, INT64, signs="")
         except NotAnInteger:
-            raise _not_signed() from None
+            raise _not_signed(holder) from None
         except OutOfRange:  # never signed: no expiry this server makes is that far away
-            raise _invalid_signature() from None
+            raise _invalid_signature(holder) from None
         if not _SIGNATURE.match(signature):
-            raise _invalid_signature()
+            raise _invalid_signature(holder)
         try:
             shared = self._catalog.get_table(share, schema, table)
         except ResourceNotFound:
-            raise _invalid_signature() from None
+            raise _invalid_signature(holder) from None
         key = table_key(self._master, shared.share, shared.schema, shared.name)
         expected = url_signature(key, relative, expires_ms, holder)
         if not hmac.compare_digest(expected, signature):
-            raise _invalid_signature()
+            raise _invalid_signature(holder)
+        # The signature holds: from here on, the holder is verified.
         now = int(time.time() * 1000) if now_ms is None else now_ms
         if expires_ms < now:
-            raise RefusedForbidden("The URL has expired.", Refusal(Reason.URL_EXPIRED))
-        path = resolve_inside(shared.config.location, relative)
+            raise RefusedForbidden(
+                "The URL has expired.",
+                Refusal(Reason.URL_EXPIRED, holder.recipient, holder.credential_id),
+            )
+        try:
+            path = resolve_inside(shared.config.location, relative)
+        except RefusedForbidden:
+            raise
+        except Forbidden as exc:
+            refusal = Refusal(Reason.FORBIDDEN, holder.recipient, holder.credential_id)
+            raise RefusedForbidden(exc.message, refusal) from None
         try:
             st = os.stat(path)
         except OSError:
@@ -105,12 +115,21 @@ class FileServer:
         return LocalFile(path=path, size=st.st_size)
 
 
-def _not_signed() -> RefusedForbidden:
-    return RefusedForbidden("The URL is not signed.", Refusal(Reason.URL_NOT_SIGNED))
+def _not_signed(holder: UrlHolder | None) -> RefusedForbidden:
+    return RefusedForbidden("The URL is not signed.", _claimed(Reason.URL_NOT_SIGNED, holder))
 
 
-def _invalid_signature() -> RefusedForbidden:
-    return RefusedForbidden("The URL signature is invalid.", Refusal(Reason.URL_SIGNATURE_INVALID))
+def _invalid_signature(holder: UrlHolder | None) -> RefusedForbidden:
+    return RefusedForbidden(
+        "The URL signature is invalid.", _claimed(Reason.URL_SIGNATURE_INVALID, holder)
+    )
+
+
+def _claimed(reason: Reason, holder: UrlHolder | None) -> Refusal:
+    """A refusal naming the holder the URL claims (its signature did not prove it)."""
+    if holder is None:
+        return Refusal(reason)
+    return Refusal.claimed(reason, holder.recipient, holder.credential_id)
 
 
 def url_holder(recipient: str | None, credential_id: str | None) -> UrlHolder | None:

@@ -48,10 +48,11 @@ class TooManyFailedLogins(SharingError):
     status = 429
     error_code = "REQUEST_LIMIT_EXCEEDED"
 
-    def __init__(self, retry_after: int, recipient: str | None) -> None:
+    def __init__(self, retry_after: int, claimed: str | None) -> None:
+        """`claimed`: the recipient the login names (a claim: its password is not checked)."""
         super().__init__(f"Too many failed logins; retry in {retry_after} seconds.")
         self.headers = {"Retry-After": str(retry_after)}
-        self.refusal = Refusal(Reason.TOO_MANY_FAILED_LOGINS, recipient)
+        self.refusal = Refusal.claimed(Reason.TOO_MANY_FAILED_LOGINS, claimed)
 
 
 class BasicLogins:
@@ -117,7 +118,7 @@ class BasicLogins:
             wait
             for wait in (
                 self._by_address.retry_after(address),
-                self._by_user.retry_after(username.lower()),
+                self._by_user.retry_after(_user_key(username)),
             )
             if wait is not None
         ]
@@ -126,7 +127,7 @@ class BasicLogins:
     def failed(self, username: str, address: str | None) -> None:
         self._by_address.failed(address)
         if username:
-            self._by_user.failed(username.lower())
+            self._by_user.failed(_user_key(username))
 
     # -- password checks ---------------------------------------------------------------
 
@@ -140,3 +141,9 @@ class BasicLogins:
     def check_nothing(self, password: str) -> None:
         """What `check` costs, for a user name without a password."""
         self.check(password, self._unmatchable)
+
+
+def _user_key(username: str) -> str:
+    """The throttle's key of a user name: recipient names have at most 64 characters, and a
+    longer one (no recipient's) must not make the counter hold kilobytes per key."""
+    return username.lower()[:64]

@@ -60,6 +60,7 @@ from sharing.recipients.names import (
     parse_instant,
     parse_networks,
     recipient_name,
+    recipient_properties,
 )
 from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
 from sharing.recipients.repository import COUNTER, RecipientRepository
@@ -335,11 +336,14 @@ class RecipientDirectory:
                 Refusal(Reason.ADDRESS_NOT_ALLOWED, recipient.name, credential_id),
             )
         return Principal(
-            recipient=recipient.name, credential_id=credential_id, shares=recipient.shares
+            recipient=recipient.name,
+            credential_id=credential_id,
+            shares=recipient.shares,
+            properties=recipient.properties,
         )
 
     def _claimed_by_user(self, value: str) -> Refusal:
-        """A refused Basic login names a recipient when its user name is one."""
+        """A refused Basic login claims a recipient when its user name is one."""
         try:
             username = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[0]
             known = self.recipient(recipient_name(username))
@@ -347,7 +351,7 @@ class RecipientDirectory:
             known = None
         if known is None:
             return _UNKNOWN_CREDENTIALS
-        return Refusal(Reason.INVALID_CREDENTIALS, known.name)
+        return Refusal.claimed(Reason.INVALID_CREDENTIALS, known.name)
 
     def _remembered_token(self, token: str, credential_id: str) -> _Entry | None:
         """The remembered bearer credential `token` proves (no store access), if any."""
@@ -369,8 +373,8 @@ class RecipientDirectory:
         A token not remembered as valid costs one read of the credential's row and one hash
         comparison — against a hash nothing matches when the id is unknown — whether its id
         exists, is remembered, or not: a refusal's time tells nothing about which ids exist.
-        The refusal names the credential and its recipient for the audit trail when the id
-        exists (never in the response)."""
+        The refusal records the credential and its recipient as claimed when the id exists
+        (for the audit trail; never in the response)."""
         self._refresh()
         remembered = self._remembered_token(token, credential_id)
         if remembered is not None:
@@ -381,7 +385,7 @@ class RecipientDirectory:
         if row is None:
             raise _invalid()
         if not matches or stored is None or row.type is not CredentialType.BEARER:
-            raise _invalid(Refusal(Reason.INVALID_CREDENTIALS, row.recipient, row.id))
+            raise _invalid(Refusal.claimed(Reason.INVALID_CREDENTIALS, row.recipient, row.id))
         entry = self.credential(credential_id)  # with its recipient, remembered from now on
         if entry is None:  # deleted between the two reads
             raise _invalid()
@@ -405,7 +409,7 @@ class RecipientDirectory:
             self.logins.forget(key)
         wait = self.logins.retry_after(username, client)
         if wait is not None:
-            raise TooManyFailedLogins(wait, self._claimed_by_user(value).recipient)
+            raise TooManyFailedLogins(wait, self._claimed_by_user(value).claimed_recipient)
         candidates = [entry for entry in self._basic_candidates(username) if entry[0].secret_hash]
         for entry in candidates:
             if self.logins.check(password, entry[0].secret_hash or ""):
@@ -483,6 +487,7 @@ class RecipientDirectory:
                 comment=entry.comment,
                 enabled=entry.enabled,
                 source=RecipientSource.CONFIG,
+                properties=recipient_properties(dict(entry.properties)),
             )
             self._config_recipients[name] = recipient
             for index, item in enumerate(entry.credentials):

@@ -4,29 +4,83 @@ secret: written with mode 0600, shown once."""
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from sharing.config import ServerConfig
 from sharing.recipients.model import CredentialType
+from sharing.recipients.names import InvalidValue
 from sharing.recipients.oauth.profiles import credential_profile
 from sharing.recipients.repository import IssuedCredential
 
-__all__ = ["endpoint_url", "profile_for"]
+__all__ = [
+    "WILDCARD_HOSTS",
+    "endpoint_url",
+    "is_loopback_host",
+    "local_only_warning",
+    "profile_for",
+    "served_endpoint",
+]
 
 
-def endpoint_url(config: ServerConfig, override: str | None = None) -> str:
-    """The URL recipients reach the server at: `--endpoint`, else `publicUrl` + endpoint, else
-    the configured host and port."""
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost`, 127.0.0.0/8 or ::1: an address only this machine reaches."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def endpoint_url(config: ServerConfig, override: str | None = None, *, how: str = "") -> str:
+    """The URL recipients reach the server at: `override` (`--endpoint`), else `publicUrl` +
+    endpoint, else the configured host and port. A server listening on every interface has
+    no address to write, so without either this refuses (`how`: how the caller passes an
+    endpoint, named in the message) rather than write a profile nobody else can use."""
     if override:
+        parts = urlsplit(override)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidValue(f"the endpoint {override!r} is not an absolute http(s) URL")
         return override.rstrip("/") + "/"
     if config.public_url:
         return f"{config.public_url}{config.endpoint}/"
+    if config.host in WILDCARD_HOSTS:
+        raise InvalidValue(
+            f"the server listens on {config.host or '0.0.0.0'!r} (every interface), so there is "
+            "no address to write in the profile that a recipient could reach; set 'publicUrl' "
+            "in the configuration to the URL recipients use (e.g. https://sharing.example.com)"
+            f"{' or give ' + how if how else ''}"
+        )
     scheme = "https" if config.ssl else "http"
-    host = "127.0.0.1" if config.host in ("", "0.0.0.0", "::") else config.host
-    if ":" in host:
-        host = f"[{host}]"
+    host = f"[{config.host}]" if ":" in config.host else config.host
     return f"{scheme}://{host}:{config.port}{config.endpoint}/"
+
+
+def served_endpoint(config: ServerConfig, base_url: str) -> str:
+    """The endpoint for a profile made while answering a request that reached the server at
+    `base_url`: `publicUrl` when configured (behind a proxy the request's own URL may be an
+    internal one), else that URL."""
+    if config.public_url:
+        return f"{config.public_url}{config.endpoint}/"
+    return f"{base_url.rstrip('/')}{config.endpoint}/"
+
+
+def local_only_warning(endpoint: str) -> str:
+    """Empty unless `endpoint` names a loopback address: then the warning a provider should
+    see before handing the profile to someone on another machine."""
+    host = urlsplit(endpoint).hostname or ""
+    if not is_loopback_host(host):
+        return ""
+    return (
+        f"the profile's endpoint {endpoint} reaches this machine only; for a recipient "
+        "elsewhere set 'publicUrl' in the configuration or give the URL they use"
+    )
 
 
 def _iso(ms: int) -> str:

@@ -1,5 +1,12 @@
-"""Why an authentication failed, and who the request claimed to be when that is known: what
-the audit trail records of a refused request (never the secret that was presented).
+"""Why an authentication failed, and who the request came from: what the audit trail records
+of a refused request (never the secret that was presented).
+
+`recipient` and `credential_id` are set only when the server verified them — the request
+presented the credential's secret, a password that matched, a signature or an access token
+the server checked — and refused it for another reason (revoked, expired, disabled, address
+not allowed). What a request only *claimed* (a known credential id with a wrong secret, a
+user name with a wrong password, the `rcp`/`cid` of a URL whose signature does not match)
+goes in `claimed_recipient` and `claimed_credential_id`: anyone can claim to be anyone.
 
 The directory raises its 401s and 403s with a `Refusal` attached (`refusal_of` reads it);
 other refusals (e.g. an OAuth verifier's 401) get the generic reason of their status.
@@ -36,8 +43,15 @@ class Reason(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Refusal:
     reason: Reason
-    recipient: str | None = None
+    recipient: str | None = None  # verified (see the module doc)
     credential_id: str | None = None
+    claimed_recipient: str | None = None  # claimed, not verified
+    claimed_credential_id: str | None = None
+
+    @staticmethod
+    def claimed(reason: Reason, recipient: str | None, credential_id: str | None = None) -> Refusal:
+        """A refusal of a request that named a recipient or credential it did not prove."""
+        return Refusal(reason, claimed_recipient=recipient, claimed_credential_id=credential_id)
 
 
 class RefusedForbidden(Forbidden):

@@ -1,13 +1,16 @@
 """Writes that must not sit on a request's path: credentials' `last_used_at` and audit
 records, buffered in memory and written by one background thread (`last_used_at` every
 `lastUsedFlushSeconds`, audit records about once a second, old audit records pruned daily).
-`close()` writes what is left (at shutdown)."""
+`close()` writes what is left (at shutdown). `on_dropped(n)` is told of audit records lost
+(the buffer was full while the store was unreachable, or the store refused a record even in
+its safe form: see `sharing.recipients.audit.insert_events`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from sharing.recipients.audit import AuditEvent, delete_older_than, insert_events
 from sharing.recipients.repository import RecipientRepository
@@ -41,6 +44,7 @@ class StoreWriter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dropped = 0
+        self.on_dropped: Callable[[int], None] | None = None
 
     def used(self, credential_id: str, at: int) -> None:
         """Note that a credential was used at `at` (ms); written behind."""
@@ -102,14 +106,21 @@ class StoreWriter:
             dropped, self._dropped = self._dropped, 0
         if dropped:
             log.error("audit: %d records dropped (the store was not writable)", dropped)
+            self._count_dropped(dropped)
         if not events:
             return
         try:
-            insert_events(self._store, events)
+            refused = insert_events(self._store, events)
         except Exception:
             with self._lock:
                 self._events[:0] = events
             raise
+        if refused:
+            self._count_dropped(refused)
+
+    def _count_dropped(self, count: int) -> None:
+        if self.on_dropped is not None:
+            self.on_dropped(count)
 
     def _flush_last_used(self) -> None:
         pending, self._last_used = self._last_used, {}

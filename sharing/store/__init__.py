@@ -8,9 +8,10 @@ SQLAlchemy Core so one set of tables and migrations serves both dialects.
 - `migrations`: the ordered, named migrations applied at start, under a lock.
 - `store`: `Store`, the handle the rest of the server holds (transactions, change counter).
 
-Adding tables (e.g. for another feature): declare them in a module of your own on
-`schema.metadata`, and append a `Migration("NNNN_name", apply)` to `migrations.MIGRATIONS`
-whose `apply(connection)` creates them (`table.create(connection)`).
+Adding tables (e.g. for another feature): declare them in `schema` and append a
+`Migration("NNNN_name", apply)` to `migrations.MIGRATIONS` whose `apply(connection)` creates
+them (`schema.my_table.create(connection)`); the feature's module imports its tables from
+`schema`. The store never imports a feature's module (imports flow one way).
 """
 
 from sharing.store.store import Store, StoreError, open_store

@@ -2,50 +2,21 @@
 one replica is polled on another. Implements `sharing.query.async_store.QueryStore` with
 SQLAlchemy Core: each operation is one transaction; `insert_or_get` inserts inside a
 savepoint and, when another process inserted the same (table, idempotency key) first,
-returns that one — atomic on both dialects without dialect-specific upserts."""
+returns that one — atomic on both dialects without dialect-specific upserts. A client's
+idempotency key that does not fit its column is kept as its digest (`stored_key`)."""
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Connection,
-    Index,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-    and_,
-    delete,
-    insert,
-    select,
-    update,
-)
+import hashlib
+
+from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from sharing.query.async_store import FAILED, PENDING, READY, StoredQuery
-from sharing.store.schema import metadata
+from sharing.store.schema import async_queries
 from sharing.store.store import Store
 
-__all__ = ["StoreQueryStore", "async_queries", "create_tables"]
-
-async_queries = Table(
-    "async_queries",
-    metadata,
-    Column("query_id", String(100), primary_key=True),
-    Column("table_id", String(255), nullable=False),
-    Column("idempotency_key", String(255), nullable=False),
-    Column("fingerprint", String(255), nullable=False),
-    Column("request", Text, nullable=False),
-    Column("created_ms", BigInteger, nullable=False),
-    Column("expires_ms", BigInteger, nullable=False),
-    Column("lease_until_ms", BigInteger, nullable=False),
-    Column("status", String(20), nullable=False),
-    Column("pin", Text, nullable=True),
-    Column("error", Text, nullable=True),
-    UniqueConstraint("table_id", "idempotency_key", name="async_queries_key"),
-)
-Index("async_queries_expiry", async_queries.c.expires_ms)
+__all__ = ["StoreQueryStore", "stored_key"]
 
 _FIELDS = (
     "query_id",
@@ -62,8 +33,16 @@ _FIELDS = (
 )
 
 
-def create_tables(connection: Connection) -> None:
-    async_queries.create(connection)
+_KEY_CHARS = 255  # the idempotency_key column
+
+
+def stored_key(key: str) -> str:
+    """The idempotency key as the column holds it: itself when it fits and PostgreSQL can
+    store it, else a digest of it (the limit on keys, `limits.maxIdempotencyKeyChars`, is
+    configurable and may exceed the column; NUL is refused by PostgreSQL)."""
+    if len(key) <= _KEY_CHARS and "\x00" not in key:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _stored(row: object) -> StoredQuery:
@@ -80,21 +59,18 @@ class StoreQueryStore:
 
     def insert_or_get(self, query: StoredQuery, now_ms: int) -> StoredQuery:
         t = async_queries
+        key = stored_key(query.idempotency_key)
         with self._store.write() as connection:
             connection.execute(delete(t).where(t.c.expires_ms <= now_ms))
             try:
                 with connection.begin_nested():
-                    connection.execute(
-                        insert(t).values(**{name: getattr(query, name) for name in _FIELDS})
-                    )
+                    values = {name: getattr(query, name) for name in _FIELDS}
+                    values["idempotency_key"] = key
+                    connection.execute(insert(t).values(**values))
             except IntegrityError:
                 pass  # a live query with this key exists (possibly inserted just now)
             row = connection.execute(
-                select(t).where(
-                    and_(
-                        t.c.table_id == query.table_id, t.c.idempotency_key == query.idempotency_key
-                    )
-                )
+                select(t).where(and_(t.c.table_id == query.table_id, t.c.idempotency_key == key))
             ).first()
         assert row is not None
         return _stored(row)

@@ -4,19 +4,37 @@ SQLite: WAL journal (readers never block the writer, several worker processes sh
 file), `busy_timeout` so a writer waits for another instead of failing, foreign keys on, and
 transactions begun by us (`BEGIN`, or `BEGIN IMMEDIATE` for writes so two writers queue
 instead of deadlocking on a lock upgrade). PostgreSQL: `postgresql://` URLs use psycopg 3.
+
+Switching a file to WAL is the one step SQLite's busy handler does not cover: while another
+connection writes in the old rollback mode (several processes creating the store at once),
+`PRAGMA journal_mode = WAL` fails at once with "database is locked". Every connection retries
+it until the busy timeout, so concurrent starts wait for each other instead of failing.
 """
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-__all__ = ["WRITE_OPTION", "make_engine", "normalized_url"]
+__all__ = ["BUSY_TIMEOUT_S", "WRITE_OPTION", "is_busy", "make_engine", "normalized_url"]
 
 WRITE_OPTION = "lakeshare_write"
-_BUSY_TIMEOUT_MS = 15_000
+BUSY_TIMEOUT_S = 15.0
+_BUSY_TIMEOUT_MS = int(BUSY_TIMEOUT_S * 1000)
+_RETRY_PAUSE_S = 0.02
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether a (DB-API or SQLAlchemy-wrapped) error is SQLite's lock contention."""
+    original = getattr(exc, "orig", exc)
+    if not isinstance(original, sqlite3.OperationalError):
+        return False
+    message = str(original)
+    return "database is locked" in message or "database is busy" in message
 
 
 def normalized_url(url: str) -> str:
@@ -39,14 +57,16 @@ def make_engine(url: str) -> Engine:
 
 
 def _sqlite_engine(url: str) -> Engine:
-    engine = create_engine(url, connect_args={"check_same_thread": False})
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_S}
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (below)
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(cursor)
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
@@ -57,3 +77,15 @@ def _sqlite_engine(url: str) -> Engine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(_RETRY_PAUSE_S)

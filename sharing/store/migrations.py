@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, Table, inspect, select, text
+from sqlalchemy import Connection, Engine, Table, inspect, select, text, update
 from sqlalchemy.schema import CreateColumn
 
 from sharing.store import schema
@@ -48,15 +48,11 @@ def _recipients_v1(connection: Connection) -> None:
 
 
 def _oauth_jtis(connection: Connection) -> None:
-    from sharing.recipients.oauth.store_ledger import create_tables
-
-    create_tables(connection)
+    schema.oauth_assertion_jtis.create(connection)
 
 
 def _async_queries(connection: Connection) -> None:
-    from sharing.store.async_queries import create_tables
-
-    create_tables(connection)
+    schema.async_queries.create(connection)
 
 
 def add_missing_column(connection: Connection, table: Table, name: str) -> None:
@@ -83,12 +79,49 @@ def _audit_reason(connection: Connection) -> None:
     add_missing_column(connection, schema.audit_events, "reason")
 
 
+# Refusals whose recipient and credential came from what the request claimed (a wrong
+# secret or password for a known credential or user, a URL whose signature did not verify)
+# were recorded as the recipient's before 0006; they are the claims of their requests.
+_CLAIM_REASONS = (
+    "invalid_credentials",
+    "url_signature_invalid",
+    "url_not_signed",
+    "too_many_failed_logins",
+)
+
+
+def _audit_claimed(connection: Connection) -> None:
+    events = schema.audit_events
+    add_missing_column(connection, events, "claimed_recipient")
+    add_missing_column(connection, events, "claimed_credential_id")
+    indexes = {index["name"] for index in inspect(connection).get_indexes(events.name)}
+    if schema.AUDIT_CLAIMED_INDEX.name not in indexes:
+        schema.AUDIT_CLAIMED_INDEX.create(connection)
+    connection.execute(
+        update(events)
+        .where(events.c.reason.in_(_CLAIM_REASONS))
+        .where(events.c.recipient.is_not(None) | events.c.credential_id.is_not(None))
+        .values(
+            claimed_recipient=events.c.recipient,
+            claimed_credential_id=events.c.credential_id,
+            recipient=None,
+            credential_id=None,
+        )
+    )
+
+
+def _recipient_properties(connection: Connection) -> None:
+    add_missing_column(connection, schema.recipients, "properties")
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
     Migration("0003_async_queries", _async_queries),  # sharing/store/async_queries.py
     Migration("0004_audit_file", _audit_file),  # audit records of signed file downloads
     Migration("0005_audit_reason", _audit_reason),  # audit records of refused authentications
+    Migration("0006_audit_claimed", _audit_claimed),  # claimed, not verified, identities
+    Migration("0007_recipient_properties", _recipient_properties),  # sharing/slices.py
 ]
 
 

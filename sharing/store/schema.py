@@ -1,6 +1,10 @@
 """The store's tables, in one MetaData. Times are UTC epoch milliseconds (BigInteger): the
 same in both dialects and free of time-zone conversions. Names of recipients and shares are
-stored lower-case (they are case-insensitive everywhere in the server)."""
+stored lower-case (they are case-insensitive everywhere in the server).
+
+Every table is declared here, including those of features that use the store (the OAuth
+assertion ledger, async queries): the feature modules import their tables from here and the
+migrations create them from here, so imports flow one way (feature -> store), never back."""
 
 from __future__ import annotations
 
@@ -15,14 +19,18 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 __all__ = [
+    "AUDIT_CLAIMED_INDEX",
     "activation_links",
+    "async_queries",
     "audit_events",
     "credentials",
     "metadata",
     "migrations_table",
+    "oauth_assertion_jtis",
     "recipient_grants",
     "recipients",
     "state",
@@ -56,6 +64,9 @@ recipients = Table(
     Column("ip_allow_list", Text, nullable=False, default=""),  # CIDRs, space-separated
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+    # Added by a later migration (0007): the recipient's properties as a JSON object of
+    # strings (NULL: none), read by partition filters' current_recipient('key').
+    Column("properties", Text, nullable=True),
 )
 
 recipient_grants = Table(
@@ -116,9 +127,16 @@ audit_events = Table(
     # Added by later migrations (sharing/store/migrations.py adds them to older stores):
     Column("file", Text, nullable=True),  # 0004: a signed file download's path in the table
     Column("reason", String(100), nullable=True),  # 0005: why an authentication was refused
+    # 0006: who a refused request claimed to be (a name or credential id it presented that
+    # the server could not verify); `recipient` / `credential_id` hold only verified ones.
+    Column("claimed_recipient", String(64), nullable=True),
+    Column("claimed_credential_id", String(64), nullable=True),
 )
 Index("audit_events_at", audit_events.c.at)
 Index("audit_events_recipient_at", audit_events.c.recipient, audit_events.c.at)
+AUDIT_CLAIMED_INDEX = Index(
+    "audit_events_claimed_at", audit_events.c.claimed_recipient, audit_events.c.at
+)
 
 # One-time activation links: the link's secret is kept as a hash; the credential is minted
 # when the link is opened (so no secret is stored waiting), and the row is then spent.
@@ -138,3 +156,33 @@ activation_links = Table(
     Column("expires_at", BigInteger, nullable=False),
     Column("used_at", BigInteger, nullable=True),
 )
+
+# The OAuth assertion replay ledger (sharing/recipients/oauth/store_ledger.py): one row per
+# used (client id, jti), so every replica on one store refuses an assertion used on another.
+oauth_assertion_jtis = Table(
+    "oauth_assertion_jtis",
+    metadata,
+    # SHA-256 of "client id NUL jti": fixed width whatever the client sends.
+    Column("id", String(64), primary_key=True),
+    Column("expires_at", BigInteger, nullable=False, index=True),  # epoch seconds
+)
+
+# Async queries (sharing/store/async_queries.py), so one started on a replica is polled on
+# another.
+async_queries = Table(
+    "async_queries",
+    metadata,
+    Column("query_id", String(100), primary_key=True),
+    Column("table_id", String(255), nullable=False),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("fingerprint", String(255), nullable=False),
+    Column("request", Text, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    Column("lease_until_ms", BigInteger, nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("pin", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    UniqueConstraint("table_id", "idempotency_key", name="async_queries_key"),
+)
+Index("async_queries_expiry", async_queries.c.expires_ms)

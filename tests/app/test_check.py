@@ -51,7 +51,7 @@ def _run(tmp_path: Path, document: dict[str, Any], *args: str) -> int:
 
 def test_verdicts_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = _run(tmp_path, _document(_local_tables(tmp_path)), "--format", "json")
-    reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)}
+    reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)["tables"]}
     assert code == 1
     good, dv = reports["s.d.good"], reports["s.d.dv"]
     assert (good["status"], good["version"], good["num_files"]) == ("ok", 1, 6)
@@ -94,7 +94,7 @@ def test_start_version_after_the_latest_is_unusable(
 ) -> None:
     tables = [{"name": "good", "location": str(corpus_table(GOOD)), "startVersion": 5}]
     assert _run(tmp_path, _document(tables), "--format", "json") == 1
-    (report,) = json.loads(capsys.readouterr().out)
+    (report,) = json.loads(capsys.readouterr().out)["tables"]
     assert report["status"] == "unusable"
     assert "startVersion 5" in report["problems"][0]
 
@@ -122,6 +122,62 @@ def test_a_hung_store_is_reported_without_waiting_for_it(tmp_path: Path) -> None
     assert "no answer" in report.problems[0]
 
 
+def _typo_document() -> dict[str, Any]:
+    """`historyShard:` for `historyShared:`: ignored by the server, so the table quietly
+    serves no history."""
+    return _document([{"name": "good", "location": str(corpus_table(GOOD)), "historyShard": True}])
+
+
+TYPO_WARNING = (
+    "unknown configuration key 'shares[0].schemas[0].tables[0].historyShard' is ignored; "
+    "did you mean 'historyShared'?"
+)
+
+
+def test_unknown_keys_are_reported_in_the_table_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, `check` said nothing and exited 0 (only `serve` logged the warning)."""
+    assert _run(tmp_path, _typo_document()) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"warning: {TYPO_WARNING}"
+    assert out[1].split()[0] == "TABLE"
+    assert _run(tmp_path, _typo_document(), "--strict") == 2
+    captured = capsys.readouterr()
+    assert f"warning: {TYPO_WARNING}" in captured.out
+    assert "1 configuration warning(s) (--strict)" in captured.err
+
+
+def test_unknown_keys_are_reported_in_the_json_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(tmp_path, _typo_document(), "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["warnings"] == [TYPO_WARNING]
+    assert [r["table"] for r in document["tables"]] == ["s.d.good"]
+    assert _run(tmp_path, _typo_document(), "--format", "json", "--strict") == 2
+    assert json.loads(capsys.readouterr().out)["warnings"] == [TYPO_WARNING]
+
+
+def test_a_clean_configuration_passes_strict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = [{"name": "good", "location": str(corpus_table(GOOD)), "historyShared": True}]
+    assert _run(tmp_path, _document(tables), "--format", "json", "--strict") == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
+
+
+def test_a_misspelt_required_key_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, only "'location' in a table must be provided"."""
+    document = _document([{"name": "good", "locaton": str(corpus_table(GOOD))}])
+    assert _run(tmp_path, document) == 2
+    err = capsys.readouterr().err
+    assert "shares[0].schemas[0].tables[0]: 'location' in a table must be provided" in err
+    assert "'locaton' is not a key: did you mean 'location'?" in err
+
+
 @pytest.mark.slow
 def test_cloud_table_in_s3(
     tmp_path: Path, moto_s3: str, capsys: pytest.CaptureFixture[str]
@@ -145,7 +201,7 @@ def test_cloud_table_in_s3(
     ]
     document = _document(tables, storageProfiles={"moto": profile})
     assert _run(tmp_path, document, "--format", "json") == 1
-    reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)}
+    reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)["tables"]}
     assert reports["s.d.cloud"]["status"] == "ok"
     assert reports["s.d.cloud"]["num_files"] == 6
     # No historyShared, so no temporary credentials; the report says how to offer them.

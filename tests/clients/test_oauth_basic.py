@@ -174,7 +174,9 @@ def test_private_key_jwt_assertion(server: RunningServer, tmp_path: Path, algori
             public.verify(utils.encode_dss_signature(r, s), signed, ec.ECDSA(hashes.SHA256()))
         assert header == {"alg": algorithm, "typ": "JWT", "kid": "key-1"}
         assert claims["iss"] == claims["sub"] == "recipient-jwt"
+        # the official client's claims: `issuer` is the audience, `audience` the resource
         assert claims["aud"] == "https://issuer.example"
+        assert claims["resource"] == "https://sharing.example/delta-sharing"
         assert claims["exp"] - claims["iat"] == 120
         return _token_response(TEST_BEARER_TOKEN)
 
@@ -188,7 +190,7 @@ def test_private_key_jwt_assertion(server: RunningServer, tmp_path: Path, algori
                     "tokenEndpoint": f"{tokens.url}/token",
                     "clientId": "recipient-jwt",
                     "issuer": "https://issuer.example",
-                    "audience": "https://issuer.example",
+                    "audience": "https://sharing.example/delta-sharing",
                     "privateKey": {
                         "privateKeyFile": str(key_file),
                         "keyId": "key-1",

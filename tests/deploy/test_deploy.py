@@ -111,6 +111,8 @@ CASES: dict[str, dict[str, Any]] = {
 and the two examples."""
 CLOUD_ENVIRONMENT = {"R2_ACCESS_KEY_ID": "an-access-key", "R2_SECRET_ACCESS_KEY": "a-secret"}
 """What the cloud example's envFrom Secret provides."""
+STORE_URL = "postgresql://lakeshare:a-password@postgres:5432/lakeshare"
+"""What the examples' store.urlSecret provides."""
 
 
 class Rendering:
@@ -133,8 +135,12 @@ class Rendering:
     def kinds(self) -> set[str]:
         return {doc["kind"] for doc in self.docs}
 
-    def one(self, kind: str) -> dict[str, Any]:
-        [doc] = [doc for doc in self.docs if doc["kind"] == kind]
+    def one(self, kind: str, name_suffix: str = "") -> dict[str, Any]:
+        [doc] = [
+            doc
+            for doc in self.docs
+            if doc["kind"] == kind and doc["metadata"]["name"].endswith(name_suffix)
+        ]
         return doc
 
     @property
@@ -161,6 +167,8 @@ class Rendering:
     def config(self, environ: Mapping[str, str] | None = None) -> ServerConfig:
         public_url = self.env("LAKESHARE_PUBLIC_URL")["value"]
         environ = {"LAKESHARE_PUBLIC_URL": public_url, **(environ or {})}
+        if any(v["name"] == "LAKESHARE_STORE_URL" for v in self.container["env"]):
+            environ.setdefault("LAKESHARE_STORE_URL", STORE_URL)
         return _server_config(self.one("ConfigMap")["data"]["config.yaml"], environ)
 
 
@@ -242,16 +250,55 @@ def test_pods_run_locked_down(case: str) -> None:
     assert context["readOnlyRootFilesystem"] is True
     assert context["allowPrivilegeEscalation"] is False
     assert context["capabilities"]["drop"] == ["ALL"]
-    # With a read-only root, every writable mount is scratch space of the pod.
+    # With a read-only root, every writable mount is scratch space of the pod, or the
+    # state store's own claim.
     volumes = rendering.volumes
     writable = {
         path: volumes[m["name"]] for path, m in rendering.mounts.items() if not m.get("readOnly")
     }
-    assert all("emptyDir" in volume for volume in writable.values()), writable
+    assert all("emptyDir" in volume or volume["name"] == "store" for volume in writable.values()), (
+        writable
+    )
     assert "/tmp" in writable
-    state_dir = rendering.config(CLOUD_ENVIRONMENT).async_query_state_dir
+    config = rendering.config(CLOUD_ENVIRONMENT)
+    state_dir = config.async_query_state_dir
     assert state_dir is not None
     assert any(Path(state_dir).is_relative_to(path) for path in writable), state_dir
+    assert config.store.url is not None
+    if config.store.url.startswith("sqlite"):
+        assert _under(_store_file(config), writable), config.store.url
+
+
+def test_chart_keeps_the_state_store_on_a_claim_or_in_postgresql() -> None:
+    """The ConfigMap is read-only, so the store (run-time recipients, the audit trail)
+    cannot be the default file beside it: one replica keeps an SQLite file on a claim of
+    its own; several share a PostgreSQL URL from a Secret, and without one are refused."""
+    default = _rendering("default")
+    store = _store_file(default.config())
+    mount = _under(store, default.mounts)
+    assert mount is not None and not default.mounts[mount].get("readOnly")
+    claim = default.volumes[default.mounts[mount]["name"]]["persistentVolumeClaim"]
+    [created] = [
+        doc
+        for doc in default.docs
+        if doc["kind"] == "PersistentVolumeClaim" and doc["metadata"]["name"] == claim["claimName"]
+    ]
+    assert created["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert default.one("Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+
+    scratch = _with("default", store={"persistence": {"enabled": False}})
+    assert "emptyDir" in scratch.volumes["store"]
+    assert "strategy" not in scratch.one("Deployment")["spec"]
+
+    with pytest.raises(helm.HelmError, match=r"store\.urlSecret"):
+        _with("default", replicaCount=2, data={"enabled": False})
+    for case in ("local", "cloud"):
+        rendering = _rendering(case)
+        assert rendering.config(CLOUD_ENVIRONMENT).store.url == STORE_URL
+        reference = rendering.env("LAKESHARE_STORE_URL")["valueFrom"]["secretKeyRef"]
+        assert reference == {"name": "lakeshare-store", "key": "store-url"}
+        assert "store" not in rendering.volumes
+        assert "strategy" not in rendering.one("Deployment")["spec"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -336,13 +383,18 @@ def test_local_rendering_mounts_a_claim_every_replica_can_use() -> None:
 
 
 def test_several_replicas_refuse_a_single_node_claim() -> None:
+    shared = {"urlSecret": {"name": "lakeshare-store"}}  # several replicas need it anyway
     with pytest.raises(helm.HelmError, match="ReadOnlyMany or ReadWriteMany"):
-        _with("default", replicaCount=2)
-    existing = _with("default", replicaCount=2, data={"existingClaim": "tables-on-nfs"})
+        _with("default", replicaCount=2, store=shared)
+    existing = _with(
+        "default", replicaCount=2, store=shared, data={"existingClaim": "tables-on-nfs"}
+    )
     assert "PersistentVolumeClaim" not in existing.kinds
     volume = existing.volumes[existing.mounts["/data"]["name"]]
     assert volume["persistentVolumeClaim"]["claimName"] == "tables-on-nfs"
-    read_only = _with("default", replicaCount=2, data={"accessModes": ["ReadOnlyMany"]})
+    read_only = _with(
+        "default", replicaCount=2, store=shared, data={"accessModes": ["ReadOnlyMany"]}
+    )
     assert read_only.one("PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadOnlyMany"]
 
 
@@ -487,6 +539,14 @@ def test_kubernetes_manifests_fit_together() -> None:
     config = _server_config(config_map["data"]["config.yaml"])
     state_dir = config.async_query_state_dir
     assert state_dir is not None and "emptyDir" in volumes[mounts[state_dir]]
+    # The state store on its own claim: the ConfigMap's folder is read-only.
+    store = _store_file(config)
+    store_mount = _under(store, mounts)
+    assert store_mount is not None, store
+    claim = volumes[mounts[store_mount]]["persistentVolumeClaim"]["claimName"]
+    [store_claim] = _documents(KUBERNETES / "store-pvc.yaml")
+    assert claim == store_claim["metadata"]["name"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
 
     # The local-data component adds the claim the ConfigMap's tables live on.
     [patch_entry] = _kustomization(KUBERNETES / "local-data")["patches"]
@@ -540,8 +600,10 @@ def test_kustomize_builds_with_and_without_the_data_volume(tmp_path: Path) -> No
     for docs, has_data in ((with_data, True), (without, False)):
         for doc in docs:
             _validate(doc)
-        kinds = {doc["kind"] for doc in docs}
-        assert ("PersistentVolumeClaim" in kinds) is has_data
+        claims = {doc["metadata"]["name"] for doc in docs if doc["kind"] == "PersistentVolumeClaim"}
+        assert claims == (
+            {"lakeshare-store", "lakeshare-data"} if has_data else {"lakeshare-store"}
+        )
         [deployment] = [doc for doc in docs if doc["kind"] == "Deployment"]
         [container] = deployment["spec"]["template"]["spec"]["containers"]
         assert ("/data" in {m["mountPath"] for m in container["volumeMounts"]}) is has_data
@@ -671,7 +733,8 @@ SERVED_CONFIGS = {
 def test_deployed_configuration_serves_the_sample_table(source: str, tmp_path: Path) -> None:
     """`lakeshare serve`, as the image runs it, with a deployment's configuration: /data is
     the folder Compose binds there, the async-query state directory (the chart's emptyDir)
-    a temporary one. The official client reads the sample table's versions and changes."""
+    and the state store's volume temporary ones. The official client reads the sample
+    table's versions and changes, then as a recipient created with the CLI meanwhile."""
     import delta_sharing
 
     raw = yaml.safe_load(SERVED_CONFIGS[source]())
@@ -682,13 +745,11 @@ def test_deployed_configuration_serves_the_sample_table(source: str, tmp_path: P
     state_dir = tmp_path / "state"
     if "asyncQueryStateDir" in raw:
         raw["asyncQueryStateDir"] = str(state_dir)
+    # The writable volume the SQLite state store lives on, as a folder of its own.
     store_volume = tmp_path / "store-volume"
-    if source == "compose":
-        # The named volume the store lives on, as a folder of its own.
-        store = _store_file(_server_config(SERVED_CONFIGS[source]()))
-        [target] = [t for s, t, _ in _compose_mounts() if not _is_bind(s)]
-        store_volume.mkdir()
-        raw["store"]["url"] = f"sqlite:///{store_volume / store.relative_to(target)}"
+    store_volume.mkdir()
+    store = _store_file(_server_config(SERVED_CONFIGS[source]()))
+    raw["store"]["url"] = f"sqlite:///{store_volume / store.name}"
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(raw))
     port = free_port()
@@ -721,16 +782,14 @@ def test_deployed_configuration_serves_the_sample_table(source: str, tmp_path: P
             changes = delta_sharing.load_table_changes_as_pandas(url, starting_version=1)
             assert sorted(changes["order_id"]) == [5, 6]
             assert set(changes["_change_type"]) == {"insert"}
-            if source == "compose":
-                _read_as_a_recipient_created_at_run_time(config_file, port, tmp_path)
+            _read_as_a_recipient_created_at_run_time(config_file, port, tmp_path)
         finally:
             stop(server)
     text = log_file.read_text()
     assert "Traceback" not in text, text
     if source == "chart":
         assert (state_dir / DATABASE_FILE).is_file()
-    if source == "compose":
-        assert (store_volume / STORE_FILE_NAME).is_file()
+    assert (store_volume / STORE_FILE_NAME).is_file()
 
 
 def _read_as_a_recipient_created_at_run_time(config_file: Path, port: int, tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ import jwt
 import pytest
 from deltalake import DeltaTable
 
+from app.cli import main as lakeshare
+from client.profile import Profile
+from client.rest import SharingClient
 from sharing.recipients.oauth.public_keys import generate_key_pair
 from tests.http.oauth_support import TABLE, cli, create, serving
 from tests.support.server import RunningServer
@@ -81,27 +84,54 @@ def test_client_credentials_profile_reads_the_granted_table(
 def test_private_key_jwt_profile_reads_the_granted_table(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     server: tuple[Path, RunningServer],
     expected_rows: int,
 ) -> None:
+    """The generated key goes beside the profile, which names it by its file name: the
+    recipient who keeps the two files together anywhere else reads the table, with the
+    official client (which opens the key relative to its working directory) and ours (which
+    resolves it against the profile's directory, from any working directory). Before, the
+    profile held the provider's absolute path, gone once the files moved."""
     config_file, running = server
-    key_file = tmp_path / "globex-key.pem"
-    profile = create(
-        capsys,
-        config_file,
-        running,
-        "globex",
-        "--share",
-        "sales",
-        "--type",
-        "private-key-jwt",
-        "--private-key-out",
-        str(key_file),
+    provider, recipient, elsewhere = (tmp_path / d for d in ("provider", "recipient", "other"))
+    for directory in (provider, recipient, elsewhere):
+        directory.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code = lakeshare(
+        [
+            "recipients",
+            "create",
+            "globex",
+            "--config",
+            str(config_file),
+            "--endpoint",
+            running.base_url + "/",
+            "--share",
+            "sales",
+            "--type",
+            "private-key-jwt",
+            "--profile-out",
+            str(provider / "globex.share"),
+        ]
     )
-    assert profile["type"] == "oauth_jwt_bearer_private_key_jwt"
-    assert profile["auth"]["privateKey"]["privateKeyFile"] == str(key_file)
+    assert code == 0
+    said = capsys.readouterr().err
+    assert "names it 'globex-private-key.pem', relative to the profile's directory" in said
+    key_file = provider / "globex-private-key.pem"
     assert "PRIVATE KEY" in key_file.read_text() and key_file.stat().st_mode & 0o077 == 0
-    reads_only_sales(write_profile(tmp_path, profile, "globex"), expected_rows)
+    profile = json.loads((provider / "globex.share").read_text())
+    assert profile["type"] == "oauth_jwt_bearer_private_key_jwt"
+    assert profile["auth"]["privateKey"]["privateKeyFile"] == "globex-private-key.pem"
+    for name in ("globex.share", "globex-private-key.pem"):  # handed over, then gone here
+        (provider / name).rename(recipient / name)
+    provider.rmdir()
+
+    monkeypatch.chdir(recipient)
+    reads_only_sales(recipient / "globex.share", expected_rows)
+    monkeypatch.chdir(elsewhere)
+    ours = SharingClient(Profile.read(recipient / "globex.share"))
+    assert [t.name for t in ours.list_all_tables()] == ["t"]
 
 
 def test_registered_es256_public_key(

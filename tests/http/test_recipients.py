@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 from app.cli import main as cli
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
+from tests.support.metrics import scrape
 from tests.support.postgres import store_url
 from tests.support.recipients import create_recipient, recipients_cli
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
@@ -158,6 +160,43 @@ def test_basic_profile_reads_granted_tables(
     wrong = base64.b64encode(f"bob:{profile['password']}x".encode()).decode()
     response = httpx.get(server.url("/shares"), headers={"Authorization": f"Basic {wrong}"})
     assert response.status_code == 401 and response.json()["errorCode"] == "UNAUTHENTICATED"
+
+
+def test_basic_profile_leaves_no_405_in_the_access_log_or_the_metrics(
+    config_file: Path, server: RunningServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """delta-sharing's BasicAuthProvider POSTs `grant_type=client_credentials` to the profile
+    endpoint before each request (and ignores the answer): it is answered 204 once the
+    credentials check out, 401 when they do not, never 405."""
+    caplog.set_level(logging.INFO, logger="lakeshare.access")
+    profile_path = tmp_path / "basic.share"
+    profile = _create(
+        config_file, server, "bob", "--share", "secret", "--type", "basic", out=profile_path
+    )
+    client = delta_sharing.SharingClient(str(profile_path))
+    assert [t.name for t in client.list_all_tables()] == ["pay"]
+    assert len(delta_sharing.load_as_pandas(f"{profile_path}#secret.hr.pay")) > 0
+    access = [r for r in caplog.records if r.name == "lakeshare.access"]
+    posts = [r for r in access if getattr(r, "method", "") == "POST"]
+    logins = [r for r in posts if getattr(r, "route", "") in ("/delta-sharing", "/delta-sharing/")]
+    assert len(logins) >= 2, [(r.__dict__.get("route"), r.__dict__.get("status")) for r in posts]
+    assert {getattr(r, "status", None) for r in logins} == {204}
+    assert {getattr(r, "recipient", None) for r in logins} == {"bob"}
+    assert all(getattr(r, "status", None) != 405 for r in access)
+    root = server.url("").removesuffix("/delta-sharing")
+    metrics = scrape(root + "/metrics", server.auth_headers)
+    assert metrics.value("lakeshare_http_requests_total", status="405") == 0
+    assert metrics.value("lakeshare_http_errors_total", error_code="METHOD_NOT_ALLOWED") == 0
+    assert metrics.value("lakeshare_http_requests_total", method="POST", status="204") >= 2
+    # The same call with a wrong password is refused like any other request.
+    wrong = base64.b64encode(f"bob:{profile['password']}x".encode()).decode()
+    refused = httpx.post(
+        server.url("/"),
+        headers={"Authorization": f"Basic {wrong}"},
+        data={"grant_type": "client_credentials"},
+    )
+    assert refused.status_code == 401 and refused.json()["errorCode"] == "UNAUTHENTICATED"
+    assert httpx.post(server.url(""), data={"grant_type": "client_credentials"}).status_code == 401
 
 
 def test_revoke_disable_expiry_and_ip_allow_list(

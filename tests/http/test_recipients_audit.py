@@ -283,18 +283,30 @@ def test_refused_authentications_are_audited_with_their_reason(
             return len(events) >= len(attempts) + 1
 
         failed = _audit(config_file, capsys, enough, "--failed")
-    got = [(e.get("recipient"), e.get("credential_id"), e["status"], e["reason"]) for e in failed]
+    got = [
+        (
+            e.get("recipient"),
+            e.get("credential_id"),
+            e.get("claimed_recipient"),
+            e.get("claimed_credential_id"),
+            e["status"],
+            e["reason"],
+        )
+        for e in failed
+    ]
+    # Who the server verified (the secret, password or signature held) is the recipient;
+    # who a request only claimed to be (a wrong secret or signature) is kept apart.
     assert got == [
-        (None, None, 401, "missing_credentials"),
-        (None, None, 401, "invalid_credentials"),
-        ("d", ids["d"], 401, "invalid_credentials"),
-        ("b", ids["b"], 401, "credential_revoked"),
-        ("c", ids["c"], 403, "recipient_disabled"),
-        ("old", "config-old-0", 403, "recipient_expired"),
-        ("fenced", "config-fenced-0", 403, "address_not_allowed"),
-        ("e", None, 401, "invalid_credentials"),
-        (None, None, 401, "invalid_credentials"),
-        ("b", ids["a"], 403, "url_signature_invalid"),
+        (None, None, None, None, 401, "missing_credentials"),
+        (None, None, None, None, 401, "invalid_credentials"),
+        (None, None, "d", ids["d"], 401, "invalid_credentials"),
+        ("b", ids["b"], None, None, 401, "credential_revoked"),
+        ("c", ids["c"], None, None, 403, "recipient_disabled"),
+        ("old", "config-old-0", None, None, 403, "recipient_expired"),
+        ("fenced", "config-fenced-0", None, None, 403, "address_not_allowed"),
+        (None, None, "e", None, 401, "invalid_credentials"),
+        (None, None, None, None, 401, "invalid_credentials"),
+        (None, None, "b", ids["a"], 403, "url_signature_invalid"),
     ]
     assert all(e["client"] == "127.0.0.1" and e["user_agent"] == "refused/1" for e in failed)
     assert all(e["operation"] == "list_shares" for e in failed[:-1])
@@ -337,10 +349,13 @@ def test_failed_logins_at_the_token_endpoint_are_audited(
     refused = httpx.post(endpoint, data=form, auth=(client_id, profile["clientSecret"]))
     assert refused.status_code == 400 and refused.json()["error"] == "unauthorized_client"
     failed = _audit(config_file, capsys, lambda e: len(e) >= 2, "--failed")
-    got = [(e["operation"], e["status"], e["reason"], e.get("recipient")) for e in failed]
+    got = [
+        (e["operation"], e["status"], e["reason"], e.get("recipient"), e.get("claimed_recipient"))
+        for e in failed
+    ]
     assert got == [
-        ("token", 401, "invalid_credentials", None),
-        ("token", 400, "recipient_disabled", "acme"),
+        ("token", 401, "invalid_credentials", None, "acme"),  # a wrong secret: a claim
+        ("token", 400, "recipient_disabled", "acme", None),
     ]
     assert failed[1]["credential_id"] == client_id
     assert profile["clientSecret"] not in json.dumps(failed)

@@ -223,9 +223,7 @@ def test_unknown_basic_user_names_leave_the_cache_at_its_cap(tmp_path: Path) -> 
         probe(20_000, 80_000)
         grown = _resident_bytes() - at_20k
         held = len(directory._recipients)  # the size is the point
-        print(
-            f"cache {held} entries; names 20,000 to 80,000: resident {grown / 2**20:+.2f} MiB"
-        )
+        print(f"cache {held} entries; names 20,000 to 80,000: resident {grown / 2**20:+.2f} MiB")
         assert held == CACHE_ENTRIES
         assert grown < 3 * 2**20  # unbounded, the same 60,000 names took about 7 MiB
         assert directory.recipient("acme") is not None

@@ -13,9 +13,10 @@ import pytest
 
 import deltalog
 from deltalog.packed_stats import stats_text
-from sharing.formats import FileContext, storage_keys, writer_for
+from sharing.formats import FileContext, storage_keys
 from sharing.formats.ids import with_file_ids
 from sharing.formats.templates import LineTemplates, line_templates
+from sharing.formats.writers import writer_for
 from sharing.presign.base import SignedUrls
 from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 from sharing.query.small import Selection, SelectionCache

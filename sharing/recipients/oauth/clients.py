@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from sharing.recipients.refusals import Refusal
+
 __all__ = ["ClientKind", "ClientRegistry", "RegisteredClient"]
 
 
@@ -43,6 +45,14 @@ class ClientRegistry(Protocol):
 
     def secret_matches(self, client: RegisteredClient, secret: str) -> bool:
         """Whether `secret` is the client's secret (constant-time)."""
+        ...
+
+    def ended(self, client_id: str, secret: str | None = None) -> Refusal | None:
+        """For the audit trail: the refusal of a known client `client()` no longer returns
+        (revoked, expired, grace over), None for an unknown or usable one. It names the
+        client and its recipient as verified when the caller proved it holds the client —
+        `secret` is its secret, or None when the caller has other proof (an access token
+        the server signed for it) — and as claimed when `secret` does not match."""
         ...
 
     def admit(self, client: RegisteredClient, address: str | None) -> None:

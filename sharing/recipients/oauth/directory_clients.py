@@ -15,6 +15,7 @@ from sharing.recipients.directory import RecipientDirectory
 from sharing.recipients.hashing import token_matches
 from sharing.recipients.model import Credential, CredentialType, now_ms
 from sharing.recipients.oauth.clients import ClientKind, RegisteredClient
+from sharing.recipients.refusals import Reason, Refusal
 
 __all__ = ["DirectoryClients"]
 
@@ -70,6 +71,24 @@ class DirectoryClients:
         if entry is None or not entry[0].secret_hash:
             return False
         return token_matches(secret, entry[0].secret_hash)
+
+    def ended(self, client_id: str, secret: str | None = None) -> Refusal | None:
+        if not client_id or len(client_id) > _MAX_ID_CHARS:
+            return None
+        entry = self.directory.credential(client_id)
+        if entry is None:
+            return None
+        credential, recipient = entry
+        now = now_ms()
+        if credential.type not in _KINDS or credential.usable(now):
+            return None
+        revoked = credential.revoked_at is not None and now >= credential.revoked_at
+        reason = Reason.CREDENTIAL_REVOKED if revoked else Reason.CREDENTIAL_EXPIRED
+        if secret is not None and not (
+            credential.secret_hash and token_matches(secret, credential.secret_hash)
+        ):
+            return Refusal.claimed(Reason.INVALID_CREDENTIALS, recipient.name, credential.id)
+        return Refusal(reason, recipient.name, credential.id)
 
     def admit(self, client: RegisteredClient, address: str | None) -> None:
         self.directory.principal_for(client.recipient, client.client_id, address)

@@ -12,28 +12,15 @@ import hashlib
 import threading
 import time
 
-from sqlalchemy import BigInteger, Column, Connection, String, Table, delete, insert
+from sqlalchemy import delete, insert
 from sqlalchemy.exc import IntegrityError
 
 from sharing.store import Store
-from sharing.store.schema import metadata
+from sharing.store.schema import oauth_assertion_jtis
 
-__all__ = ["MIGRATION_ID", "StoreJtiLedger", "create_tables", "oauth_assertion_jtis"]
+__all__ = ["StoreJtiLedger"]
 
-MIGRATION_ID = "0002_oauth_jtis"
 _PRUNE_EVERY_SECONDS = 60
-
-oauth_assertion_jtis = Table(
-    "oauth_assertion_jtis",
-    metadata,
-    # SHA-256 of "client id NUL jti": fixed width whatever the client sends.
-    Column("id", String(64), primary_key=True),
-    Column("expires_at", BigInteger, nullable=False, index=True),  # epoch seconds
-)
-
-
-def create_tables(connection: Connection) -> None:
-    oauth_assertion_jtis.create(connection)
 
 
 class StoreJtiLedger:

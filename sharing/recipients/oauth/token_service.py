@@ -180,12 +180,34 @@ class TokenService:
             raise OAuthError.invalid_request("client_id differs from the authenticated client")
         client = self._secret_client(client_id, secret)
         if client is None:
-            raise OAuthError.invalid_client(
+            error = OAuthError.invalid_client(
                 "client authentication failed (unknown client, wrong secret, or a revoked or "
                 "expired credential)",
                 basic=basic is not None,
             )
+            error.refusal = self._secret_refusal(client_id, secret)
+            raise error
         return client
+
+    def _secret_refusal(self, client_id: str, secret: str) -> Refusal | None:
+        """For the audit trail: a revoked or expired client whose secret was right is that
+        recipient's verified refusal; a known client with a wrong secret, a claim; else
+        None (the generic refusal)."""
+        if not client_id or not secret or len(client_id) > _MAX_CLIENT_ID_CHARS:
+            return None
+        claim: Refusal | None = None
+        for candidate_id, candidate_secret in dict.fromkeys(
+            [(client_id, secret), (unquote_plus(client_id), unquote_plus(secret))]
+        ):
+            ended = self.registry.ended(candidate_id, candidate_secret)
+            if ended is not None and ended.credential_id is not None:  # verified
+                return ended
+            if claim is None and ended is not None:
+                claim = ended
+            client = self.registry.client(candidate_id)
+            if claim is None and client is not None:
+                claim = Refusal.claimed(Reason.INVALID_CREDENTIALS, client.recipient, candidate_id)
+        return claim
 
     def _secret_client(self, client_id: str, secret: str) -> RegisteredClient | None:
         if not client_id or not secret or len(client_id) > _MAX_CLIENT_ID_CHARS:

@@ -35,6 +35,7 @@ from sharing.recipients.oauth.federation import (
     Federation,
     InvalidFederatedToken,
 )
+from sharing.recipients.refusals import Reason, Refusal
 
 __all__ = ["FEDERATED_MEMORY_SECONDS", "OAuthBearerVerifier", "TokenRefused"]
 
@@ -44,11 +45,14 @@ _MEMORY_LIMIT = 10_000
 
 
 class TokenRefused(Unauthenticated):
-    """401 with the RFC 6750 `invalid_token` challenge."""
+    """401 with the RFC 6750 `invalid_token` challenge, and why for the audit trail (None:
+    the generic refusal of an invalid credential)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, refusal: Refusal | None = None) -> None:
         super().__init__(message)
         self.headers = {"WWW-Authenticate": f'{_REALM}, error="invalid_token"'}
+        if refusal is not None:
+            self.refusal = refusal
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,21 @@ class OAuthBearerVerifier:
         if known.ours:
             client = self.registry.client(known.credential_id) if self.registry else None
             if client is None or client.recipient != known.recipient:
-                raise TokenRefused("the credential this access token was issued for is revoked")
+                raise TokenRefused(
+                    "the credential this access token was issued for is revoked",
+                    self._ended(known),
+                )
         return known.recipient, known.credential_id
+
+    def _ended(self, known: _Verified) -> Refusal:
+        """The refusal of a token of ours whose credential is no longer usable. Its signature
+        is ours, so the recipient and credential it names are verified, not claimed: the
+        record is that recipient's (revoked, or expired; a deleted credential counts as
+        revoked)."""
+        found = self.registry.ended(known.credential_id) if self.registry else None
+        if found is not None and found.recipient == known.recipient:
+            return found
+        return Refusal(Reason.CREDENTIAL_REVOKED, known.recipient, known.credential_id)
 
     def _verify(self, token: str, now: float) -> _Verified | None:
         parts = unverified_parts(token)

@@ -12,11 +12,11 @@ import pytest
 
 from deltalog.errors import DeltaError
 from deltalog.storage import LocalStorage, resolve
+from deltalog.storage.backends import backend_module
 from deltalog.storage.kinds import (
     SCHEMES,
     StorageKind,
     as_backend,
-    backend_module,
     scheme_kind,
     storage_kind,
     uri_scheme,

@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from deltalog.actions import ADD_SCHEMA
 from deltalog.storage.gcs import GcsStorage
 from sharing.errors import UnsupportedOperation
-from sharing.formats import FileContext, writer_for
+from sharing.formats import FileContext
+from sharing.formats.writers import writer_for
 from sharing.presign.base import SignedUrls, parallel_batches
 from sharing.presign.gcs import GcsSigner, HmacKey, RsaKey
 from sharing.query.plan import FileSection, QueryPlan

@@ -12,7 +12,8 @@ import pytest
 
 from deltalog.actions import ADD_SCHEMA, Metadata
 from deltalog.storage.gcs import GcsStorage
-from sharing.formats import FileContext, writer_for
+from sharing.formats import FileContext
+from sharing.formats.writers import writer_for
 from sharing.presign.gcs import GcsSigner, HmacKey
 from sharing.query.plan import FileSection, QueryPlan
 from sharing.query.rows import row_batches, take_rows

@@ -68,3 +68,15 @@ def test_two_replicas_share_queries_and_race_on_one_key(store_url: str) -> None:
     finally:
         for handle in handles:
             handle.close()
+
+
+def test_idempotency_keys_the_column_cannot_hold_are_kept_as_digests(store: Store) -> None:
+    """The key limit (`limits.maxIdempotencyKeyChars`, 256 by default) is longer than the
+    column (255), and PostgreSQL refuses NUL: such keys used to fail the insert (a 500)."""
+    queries = StoreQueryStore(store)
+    for index, key in enumerate(["k" * 256, "k" * 10_000, "a\x00b"]):
+        first = queries.insert_or_get(_stored(f"long{index}", key), 1000)
+        assert first.query_id == f"long{index}"
+        assert queries.insert_or_get(_stored(f"again{index}", key), 1001).query_id == first.query_id
+    other = queries.insert_or_get(_stored("other", "k" * 255 + "x"), 1000)
+    assert other.query_id == "other"  # a different long key is a different query

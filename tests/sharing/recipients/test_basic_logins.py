@@ -71,7 +71,9 @@ def test_throttled_logins_compute_no_hash() -> None:
     with pytest.raises(TooManyFailedLogins) as limited:
         directory.authenticate(_basic("acme", "secret-pw"), "192.0.2.1")
     assert limited.value.status == 429 and limited.value.headers["Retry-After"]
-    assert limited.value.refusal.recipient == "acme"
+    # Throttled before the password is checked: acme is what the login claims, not proved.
+    assert limited.value.refusal.recipient is None
+    assert limited.value.refusal.claimed_recipient == "acme"
     assert directory.logins.hashes_computed == computed
     # The user name's own limit, from another address.
     with pytest.raises(Unauthenticated):

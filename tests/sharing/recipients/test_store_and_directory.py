@@ -5,7 +5,10 @@ revocation, expiry, IP allow-lists, bad input, and the cache's change counter.""
 from __future__ import annotations
 
 import base64
+import sqlite3
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -19,6 +22,7 @@ from sharing.store import Store, open_store
 from sharing.store import schema as t
 from sharing.store.clock import now_ms
 from sharing.store.migrations import MIGRATIONS, migrate
+from sharing.store.store import sqlite_url
 from tests.support.server import TEST_BEARER_TOKEN, make_config
 
 SHARES = {"shares": [{"name": "Sales", "schemas": []}, {"name": "hr", "schemas": []}]}
@@ -65,6 +69,34 @@ def test_concurrent_starts_apply_each_migration_once(store_url: str) -> None:
         count = connection.scalar(select(func.count()).select_from(t.migrations_table))
     opened.close()
     assert count == len(MIGRATIONS)
+
+
+def test_opening_waits_while_another_process_writes_the_file_in_rollback_mode(
+    tmp_path: Path,
+) -> None:
+    # The race behind the flaky concurrent start: while one connection writes a file still in
+    # rollback-journal mode, SQLite refuses another's switch to WAL at once ("database is
+    # locked"), without its busy handler. Opening must wait for the writer, not fail.
+    path = tmp_path / "state.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE other_tool (a INTEGER)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO other_tool VALUES (1)")
+    release = threading.Timer(0.5, lambda: writer.execute("COMMIT"))
+    started = time.monotonic()
+    release.start()
+    try:
+        opened = open_store(sqlite_url(path))
+    finally:
+        release.join()
+        writer.close()
+    waited = time.monotonic() - started
+    with opened.read() as connection:
+        count = connection.scalar(select(func.count()).select_from(t.migrations_table))
+        mode = connection.exec_driver_sql("PRAGMA journal_mode").scalar()
+    opened.close()
+    assert count == len(MIGRATIONS) and mode == "wal"
+    assert 0.4 < waited < 10
 
 
 def test_bearer_token_authenticates_to_granted_shares(store: Store) -> None:

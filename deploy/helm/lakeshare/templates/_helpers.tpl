@@ -43,6 +43,35 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- .Values.data.existingClaim | default (printf "%s-data" (include "lakeshare.fullname" .)) -}}
 {{- end -}}
 
+{{- define "lakeshare.storeClaimName" -}}
+{{- .Values.store.persistence.existingClaim | default (printf "%s-store" (include "lakeshare.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+Where the SQLite state store lives when no PostgreSQL URL is given (a volume of the pod).
+*/}}
+{{- define "lakeshare.storeDir" -}}
+/var/lib/lakeshare/store
+{{- end -}}
+
+{{/*
+The store's PersistentVolumeClaim, when the chart keeps an SQLite store on one.
+*/}}
+{{- define "lakeshare.storeOnClaim" -}}
+{{- if and (not .Values.store.urlSecret.name) .Values.store.persistence.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+Several replicas must share one store: each pod's SQLite file would hold its own recipients.
+*/}}
+{{- define "lakeshare.checkStore" -}}
+{{- if and (not .Values.store.urlSecret.name) (gt (int .Values.replicaCount) 1) -}}
+{{- fail "replicaCount > 1 needs store.urlSecret: a PostgreSQL URL every replica shares (an SQLite store per pod would hold different recipients)" -}}
+{{- end -}}
+{{- end -}}
+
 {{/*
 The URL recipients reach the server at: publicUrl, else the first Ingress host (https when
 a tls entry names it), else empty (the server derives it from each request).

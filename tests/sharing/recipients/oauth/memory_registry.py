@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sharing.errors import Forbidden
 from sharing.recipients.oauth.clients import ClientKind, RegisteredClient
+from sharing.recipients.refusals import Reason, Refusal
 
 
 def _digest(secret: str) -> bytes:
@@ -22,6 +23,7 @@ class MemoryRegistry:
     clients: dict[str, RegisteredClient] = field(default_factory=dict)
     secrets: dict[str, bytes] = field(default_factory=dict)
     disabled: set[str] = field(default_factory=set)
+    revoked: dict[str, RegisteredClient] = field(default_factory=dict)
 
     def add_secret_client(self, client_id: str, recipient: str, secret: str, **kw: object) -> None:
         self.clients[client_id] = RegisteredClient(client_id, recipient, ClientKind.SECRET, **kw)  # type: ignore[arg-type]
@@ -49,6 +51,19 @@ class MemoryRegistry:
     def secret_matches(self, client: RegisteredClient, secret: str) -> bool:
         expected = self.secrets.get(client.client_id, b"")
         return hmac.compare_digest(_digest(secret), expected)
+
+    def revoke(self, client_id: str) -> None:
+        self.revoked[client_id] = self.clients.pop(client_id)
+
+    def ended(self, client_id: str, secret: str | None = None) -> Refusal | None:
+        gone = self.revoked.get(client_id)
+        if gone is None:
+            return None
+        if secret is not None and not hmac.compare_digest(
+            _digest(secret), self.secrets.get(client_id, b"")
+        ):
+            return Refusal.claimed(Reason.INVALID_CREDENTIALS, gone.recipient, client_id)
+        return Refusal(Reason.CREDENTIAL_REVOKED, gone.recipient, client_id)
 
     def admit(self, client: RegisteredClient, address: str | None) -> None:
         if client.recipient in self.disabled:

@@ -1,0 +1,777 @@
+"""Iceberg v3 table metadata for a shared Delta table at a version, generated from its log.
+
+`IcebergMetadata.generate(shared, version)` returns the path of a metadata JSON file that
+an Iceberg reader opens like any table's: one snapshot per Delta version of the shared
+history, manifests listing the data files (with partition values, record counts, safe
+bounds, `first_row_id`), deletion vectors as Puffin blobs in delete manifests.
+
+Versions and snapshots. The history starts at a base version: with `historyShared`, the
+later of the table's `startVersion` and the earliest version its log can still
+reconstruct; without, the requested version alone. Delta version v is the snapshot with
+id v + 1 and sequence number v + 1 (ids and sequence numbers must be positive), committed
+at v's commit timestamp (the same timeline the Delta Sharing routes use).
+
+Incremental generation. The base version is written from its snapshot; every later one
+from its predecessor's generated files: the Delta snapshots of v - 1 and v are compared
+(files by path, deletion vector and `baseRowId`), manifests without a removed file are
+reused as they are, those with one are rewritten with the file marked deleted, and the
+new files and deletion vectors go to new manifests and one Puffin file. Versions are
+always generated in order from the base, so a version's files depend only on (table,
+base, version): generating twice gives the same bytes (tests check it).
+
+Row lineage. A table with row tracking gives each data file `first_row_id` = its
+`baseRowId`, and data sequence number `defaultRowCommitVersion` + 1, so `_row_id` and
+`_last_updated_sequence_number` are what Delta's row tracking says (read through the
+sequence-number mapping above). Other tables get row ids assigned here in file order
+(the next row id after the previous version's `next-row-id`), stable while a file lives.
+Rows whose ids Delta materialized in a hidden column (after an update on a row-tracking
+table) are not mapped yet: their `_row_id` is the default one.
+
+Not yet (the catalog's next steps): recipient partition filters (the generated files are
+the whole table), data file locations for Azure, pruning old generated versions.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import deltalog
+from deltalog.deletion_vectors import DeletionVectorDescriptor, stored_frame
+from deltalog.packed_stats import text_table
+from deltalog.paths import resolve_key
+from deltalog.schema import DecimalType, column_mapping_mode, parse_schema
+from deltalog.snapshot_store import table_identity
+from deltalog.storage.kinds import StorageKind
+from sharing.catalog import SharedTable
+from sharing.errors import Forbidden, InvalidParameter, UnsupportedOperation
+from sharing.iceberg import avro_files as av
+from sharing.iceberg.files import TableFiles, write_once
+from sharing.iceberg.puffin import DeletionVectorBlob, puffin_file
+from sharing.iceberg.schema import ConvertedSchema, convert_schema, ids_of
+from sharing.iceberg.values import file_bounds, partition_value, string_prefix_length
+from sharing.tables import TableService
+
+log = logging.getLogger(__name__)
+
+MANIFEST_ENTRIES = 10_000
+"""Data files per new manifest (a removal rewrites only the manifest holding the file)."""
+FIRST_PARTITION_FIELD_ID = 1000
+ROW_TRACKING_DOMAIN = "delta.rowTracking"
+NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+CHANGE_DATA_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+"""Columns of change data that some writers (delta-rs) also leave in data files."""
+MATERIALIZED_COLUMN_KEYS = (
+    "delta.rowTracking.materializedRowIdColumnName",
+    "delta.rowTracking.materializedRowCommitVersionColumnName",
+)
+
+
+@dataclass(frozen=True)
+class GeneratedVersion:
+    """A version's generated metadata: where it is and which snapshot is current."""
+
+    metadata_path: Path
+    version: int
+    snapshot_id: int
+
+
+def snapshot_id(version: int) -> int:
+    """The Iceberg snapshot id (and sequence number) of a Delta version."""
+    return version + 1
+
+
+class IcebergMetadata:
+    """Generates and caches Iceberg metadata for shared tables under `directory`."""
+
+    def __init__(self, directory: Path | str, tables: TableService) -> None:
+        self.directory = Path(directory)
+        self.tables = tables
+
+    def generate(self, shared: SharedTable, version: int | None = None) -> GeneratedVersion:
+        """The metadata of `shared` at `version` (None: the latest), generated if needed.
+        Versions before the shared history are the Delta Sharing routes' 400. A table
+        this recipient sees a slice of (sharing.slices) is refused: the metadata cached
+        here is per table version, not per bound filter, and lists every file."""
+        if shared.partition_filter is not None:
+            raise Forbidden(
+                f"Table {shared.full_name} is shared with a partition filter, which the "
+                "Iceberg view does not apply yet: read it through the Delta Sharing APIs."
+            )
+        if version is None:
+            snapshot = self.tables.latest(shared)
+            version = snapshot.version
+        start = shared.config.start_version
+        if version < start:
+            raise InvalidParameter(f"You can only query table data since version {start}.")
+        if shared.config.history_shared:
+            table = self.tables.delta_table(shared)
+            with self.tables.errors(shared):
+                earliest = table.earliest_version()
+            base = max(start, earliest)
+            if version < base:
+                raise InvalidParameter(
+                    f"Cannot load table version {version}: the earliest version that can be "
+                    f"reconstructed is {base}."
+                )
+        else:
+            base = version
+        current = self.tables.at_version(shared, version)
+        identity = f"{table_identity(current.storage, current.table_root)}|{current.metadata.id}"
+        files = TableFiles(self.directory, identity, base)
+        path = files.metadata_path(version)
+        if not path.exists():
+            with files.generating():
+                self._generate(shared, files, base, version)
+        return GeneratedVersion(path, version, snapshot_id(version))
+
+    def _generate(self, shared: SharedTable, files: TableFiles, base: int, version: int) -> None:
+        """Step from the latest generated version at or before `version` (else from the
+        base) to `version`. Only the last step's metadata JSON is written: the catalog
+        serves a table's latest metadata (older versions are its snapshots), and every
+        version's JSON would add up to the square of the history's length. A version
+        asked for later gets its own JSON by stepping again, to the same bytes."""
+        done = [v for v in files.generated_versions() if base <= v <= version]
+        if done and done[-1] == version:
+            return  # another process wrote it while this one waited for the lock
+        metadata: dict[str, Any] | None = None
+        previous: deltalog.Snapshot | None = None
+        first = base
+        if done:
+            metadata = orjson.loads(files.metadata_path(done[-1]).read_bytes())
+            previous = self.tables.at_version(shared, done[-1])
+            first = done[-1] + 1
+        for v in range(first, version + 1):
+            snapshot = self.tables.at_version(shared, v)
+            with self.tables.errors(shared):
+                metadata = _Step(files, metadata, previous, snapshot).write()
+            previous = snapshot
+        assert metadata is not None
+        write_once(files.metadata_path(version), orjson.dumps(metadata, option=orjson.OPT_INDENT_2))
+
+
+def location_of(storage: Any, key: str) -> str:
+    """The location an Iceberg reader opens for a storage key."""
+    kind = storage.kind
+    if kind is StorageKind.LOCAL:
+        return key
+    if kind is StorageKind.S3:
+        return f"s3://{key}"
+    if kind is StorageKind.GCS:
+        return f"gs://{key}"
+    raise UnsupportedOperation(f"Iceberg metadata is not generated for {kind.label} tables yet")
+
+
+class _Step:
+    """One version's files: from its predecessor's metadata (None for the base version)."""
+
+    def __init__(
+        self,
+        files: TableFiles,
+        previous_metadata: dict[str, Any] | None,
+        previous: deltalog.Snapshot | None,
+        snapshot: deltalog.Snapshot,
+    ) -> None:
+        self.files = files
+        self.prev = previous_metadata
+        self.previous = previous
+        self.snapshot = snapshot
+        self.version = snapshot.version
+        self.snapshot_id = snapshot_id(self.version)
+        self.sequence = snapshot_id(self.version)
+        self.storage = snapshot.storage
+        self.root = snapshot.table_root
+        meta = snapshot.metadata
+        protocol = snapshot.protocol
+        mode = column_mapping_mode(
+            meta.configuration, protocol.min_reader_version, protocol.reader_features
+        )
+        self.column_mapping = mode in ("name", "id")
+        self.delta_schema = parse_schema(meta.schema_string)
+        self.row_tracking = (
+            str(meta.configuration.get("delta.enableRowTracking", "false")).lower() == "true"
+        )
+        self.prefix = string_prefix_length(meta.configuration)
+
+    # -- the whole step ------------------------------------------------------------------
+
+    def write(self) -> dict[str, Any]:
+        prev = self.prev
+        converted = self._schema()
+        schemas, schema_id = self._schemas(converted)
+        specs, spec_id, spec_fields, last_partition_id = self._spec(converted)
+        prev_next_row_id = int(prev["next-row-id"]) if prev else 0
+        cur = self.snapshot.files
+        old = self.previous.files if self.previous is not None else None
+        plan = _diff(old, cur)
+        self._converted = converted
+        self._decimal_stats = any(
+            isinstance(leaf.delta_type, DecimalType) for leaf in converted.leaves
+        )
+        self._spec_fields = spec_fields
+        self._spec_id = spec_id
+
+        carried: list[dict[str, Any]] = []
+        if prev is not None:
+            carried = self._carry_over(prev, plan)
+        added_rows = text_table(cur.take(pa.array(plan.data_added, pa.int64()))).to_pylist()
+        added_rows.sort(key=lambda r: r["path"])
+        next_row_id = prev_next_row_id
+        data_entries = []
+        for row in added_rows:
+            entry, next_row_id = self._data_entry(row, next_row_id)
+            data_entries.append(entry)
+        if self.row_tracking:
+            next_row_id = max(next_row_id, self._high_water_mark() + 1)
+        new_manifests = self._new_data_manifests(data_entries)
+        dv_rows = (
+            cur.select(["path", "partitionValues", "deletionVector"])
+            .take(pa.array(plan.dv_added, pa.int64()))
+            .to_pylist()
+        )
+        dv_rows.sort(key=lambda r: r["path"])
+        new_manifests += self._new_delete_manifest(dv_rows)
+        manifests = new_manifests + carried
+        manifest_list = self.files.manifest_list_path(self.version)
+        write_once(
+            manifest_list,
+            av.encode(
+                av.MANIFEST_FILE_SCHEMA,
+                manifests,
+                {
+                    "snapshot-id": str(self.snapshot_id),
+                    "parent-snapshot-id": str(self.snapshot_id - 1) if prev else "null",
+                    "sequence-number": str(self.sequence),
+                    "first-row-id": str(prev_next_row_id),
+                    "format-version": av.FORMAT_VERSION,
+                },
+                manifest_list.name,
+            ),
+        )
+        summary = _summary(plan, data_entries, dv_rows, manifests)
+        snapshot_json: dict[str, Any] = {
+            "snapshot-id": self.snapshot_id,
+            "sequence-number": self.sequence,
+            "timestamp-ms": self.snapshot.timestamp,
+            "manifest-list": str(manifest_list),
+            "summary": summary,
+            "schema-id": schema_id,
+            "first-row-id": prev_next_row_id,
+            "added-rows": next_row_id - prev_next_row_id,
+        }
+        if prev is not None:
+            snapshot_json["parent-snapshot-id"] = self.snapshot_id - 1
+        metadata = self._metadata(
+            converted,
+            schemas,
+            schema_id,
+            specs,
+            spec_id,
+            last_partition_id,
+            snapshot_json,
+            next_row_id,
+        )
+        return metadata
+
+    # -- schema and partition spec -------------------------------------------------------
+
+    def _schema(self) -> ConvertedSchema:
+        previous_ids: dict[str, int] = {}
+        last_column_id = 0
+        if self.prev is not None:
+            last_column_id = int(self.prev["last-column-id"])
+            current = next(
+                s for s in self.prev["schemas"] if s["schema-id"] == self.prev["current-schema-id"]
+            )
+            previous_ids = ids_of(current, column_mapping=self.column_mapping)
+        configuration = self.snapshot.metadata.configuration
+        extra = [*CHANGE_DATA_COLUMNS]
+        extra += [str(configuration[k]) for k in MATERIALIZED_COLUMN_KEYS if k in configuration]
+        return convert_schema(
+            self.delta_schema,
+            column_mapping=self.column_mapping,
+            previous_ids=previous_ids,
+            last_column_id=last_column_id,
+            extra_file_columns=extra,
+        )
+
+    def _schemas(self, converted: ConvertedSchema) -> tuple[list[dict[str, Any]], int]:
+        schemas: list[dict[str, Any]] = list(self.prev["schemas"]) if self.prev else []
+        for existing in schemas:
+            if existing["fields"] == converted.fields:
+                return schemas, int(existing["schema-id"])
+        schema_id = max((int(s["schema-id"]) for s in schemas), default=-1) + 1
+        schemas.append(converted.schema_json(schema_id))
+        return schemas, schema_id
+
+    def _spec(
+        self, converted: ConvertedSchema
+    ) -> tuple[list[dict[str, Any]], int, list[tuple[int, str, str, str]], int]:
+        """The partition specs, the current one's id, its fields (partition field id,
+        column name, Iceberg type, key in `partitionValues`) and the last partition id."""
+        columns = list(self.snapshot.metadata.partition_columns)
+        specs: list[dict[str, Any]] = list(self.prev["partition-specs"]) if self.prev else []
+        last_partition_id = (
+            int(self.prev["last-partition-id"]) if self.prev else FIRST_PARTITION_FIELD_ID - 1
+        )
+        wanted = [(converted.top_level_ids[c], c) for c in columns]
+        spec_json: dict[str, Any] | None = None
+        for spec in specs:
+            if [(f["source-id"], f["name"]) for f in spec["fields"]] == wanted:
+                spec_json = spec
+                break
+        if spec_json is None:
+            fields = []
+            for source_id, name in wanted:
+                last_partition_id += 1
+                fields.append(
+                    {
+                        "source-id": source_id,
+                        "field-id": last_partition_id,
+                        "name": name,
+                        "transform": "identity",
+                    }
+                )
+            spec_id = max((int(s["spec-id"]) for s in specs), default=-1) + 1
+            spec_json = {"spec-id": spec_id, "fields": fields}
+            specs.append(spec_json)
+        types = {f["id"]: f["type"] for f in converted.fields}
+        spec_fields = []
+        for f in spec_json["fields"]:
+            column = self.delta_schema.field(f["name"])
+            if not isinstance(types[f["source-id"]], str):
+                raise UnsupportedOperation(
+                    f"Partition column {f['name']!r} has a nested type, which an Iceberg "
+                    "identity partition cannot have"
+                )
+            key = column.physical_name if self.column_mapping else column.name
+            spec_fields.append((int(f["field-id"]), f["name"], types[f["source-id"]], key))
+        return specs, int(spec_json["spec-id"]), spec_fields, last_partition_id
+
+    # -- data files ------------------------------------------------------------------------
+
+    def _location(self, path: str) -> str:
+        return location_of(self.storage, resolve_key(self.storage, self.root, path))
+
+    def _partition(self, values: Any) -> dict[str, Any]:
+        given = dict(values or [])
+        out = {}
+        for _field_id, name, _iceberg_type, key in self._spec_fields:
+            delta_type = self.delta_schema.field(name).type
+            out[_avro_name(name)] = partition_value(given.get(key), delta_type)
+        return out
+
+    def _data_entry(self, row: dict[str, Any], next_row_id: int) -> tuple[dict[str, Any], int]:
+        stats = self._parse_stats(row["stats"]) if row.get("stats") else None
+        records = stats.get("numRecords") if isinstance(stats, dict) else None
+        if not isinstance(records, int):
+            records = self._footer_rows(row["path"])
+        bounds = file_bounds(stats, self._converted.leaves, self.prefix)
+        if self.row_tracking and row.get("baseRowId") is not None:
+            first_row_id = int(row["baseRowId"])
+            next_row_id = max(next_row_id, first_row_id + records)
+        else:
+            first_row_id = next_row_id
+            next_row_id += records
+        commit_version = row.get("defaultRowCommitVersion")
+        data_sequence = (
+            int(commit_version) + 1
+            if self.row_tracking and commit_version is not None
+            else self.sequence
+        )
+        entry = {
+            "status": av.ADDED,
+            "snapshot_id": self.snapshot_id,
+            "sequence_number": min(data_sequence, self.sequence),
+            "file_sequence_number": self.sequence,
+            "data_file": {
+                "content": av.DATA,
+                "file_path": self._location(row["path"]),
+                "file_format": "PARQUET",
+                "partition": self._partition(row["partitionValues"]),
+                "record_count": records,
+                "file_size_in_bytes": int(row["size"]),
+                "null_value_counts": _pairs(bounds.null_counts),
+                "lower_bounds": _pairs(bounds.lower),
+                "upper_bounds": _pairs(bounds.upper),
+                "first_row_id": first_row_id,
+            },
+        }
+        return entry, next_row_id
+
+    def _parse_stats(self, text: str) -> Any:
+        """A file's statistics JSON; numbers with a fraction as `Decimal` when the table
+        has decimal columns (a float would lose digits of their bounds)."""
+        try:
+            if self._decimal_stats:
+                return _DECIMAL_JSON.decode(text)
+            return orjson.loads(text)
+        except ValueError:
+            return None  # unreadable statistics: no bounds, the footer gives the count
+
+    def _footer_rows(self, path: str) -> int:
+        """A file's row count from its parquet footer (its add action had no stats)."""
+        key = resolve_key(self.storage, self.root, path)
+        with self.storage.open_input_file(key) as handle:
+            return int(pq.read_metadata(handle).num_rows)
+
+    def _high_water_mark(self) -> int:
+        domain = self.snapshot.domain_metadata.get(ROW_TRACKING_DOMAIN)
+        if not domain:
+            return -1
+        try:
+            config = json.loads(domain.get("configuration") or "{}")
+            return int(config.get("rowIdHighWaterMark", -1))
+        except (ValueError, TypeError):
+            return -1
+
+    def _new_data_manifests(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for index in range(0, len(entries), MANIFEST_ENTRIES):
+            chunk = entries[index : index + MANIFEST_ENTRIES]
+            path = self.files.manifest_path(self.version, "data", index // MANIFEST_ENTRIES)
+            length = self._write_manifest(path, chunk, av.MANIFEST_DATA)
+            first_ids = [e["data_file"]["first_row_id"] for e in chunk]
+            out.append(self._manifest_file(path, length, av.MANIFEST_DATA, chunk, min(first_ids)))
+        return out
+
+    def _new_delete_manifest(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not rows:
+            return []
+        blobs = []
+        for row in rows:
+            descriptor = DeletionVectorDescriptor.from_dict(row["deletionVector"])
+            frame = stored_frame(self.storage, self.root, descriptor)
+            blobs.append(
+                DeletionVectorBlob(self._location(row["path"]), frame, descriptor.cardinality)
+            )
+        data, locations = puffin_file(blobs)
+        puffin_path = self.files.puffin_path(self.version)
+        write_once(puffin_path, data)
+        entries = []
+        for row, blob, where in zip(rows, blobs, locations, strict=True):
+            entries.append(
+                {
+                    "status": av.ADDED,
+                    "snapshot_id": self.snapshot_id,
+                    "sequence_number": self.sequence,
+                    "file_sequence_number": self.sequence,
+                    "data_file": {
+                        "content": av.POSITION_DELETES,
+                        "file_path": str(puffin_path),
+                        "file_format": "PUFFIN",
+                        "partition": self._partition(row["partitionValues"]),
+                        "record_count": blob.cardinality,
+                        "file_size_in_bytes": len(data),
+                        "referenced_data_file": blob.referenced_data_file,
+                        "content_offset": where.offset,
+                        "content_size_in_bytes": where.length,
+                    },
+                }
+            )
+        path = self.files.manifest_path(self.version, "deletes", 0)
+        length = self._write_manifest(path, entries, av.MANIFEST_DELETES)
+        return [self._manifest_file(path, length, av.MANIFEST_DELETES, entries, None)]
+
+    def _write_manifest(self, path: Path, entries: list[dict[str, Any]], content: int) -> int:
+        schema = av.manifest_entry_schema(
+            av.partition_avro_fields(
+                [(fid, _avro_name(name), itype) for fid, name, itype, _ in self._spec_fields]
+            ),
+            content,
+        )
+        spec = [
+            {
+                "source-id": self._converted.top_level_ids[name],
+                "field-id": fid,
+                "name": name,
+                "transform": "identity",
+            }
+            for fid, name, _itype, _key in self._spec_fields
+        ]
+        metadata = {
+            "schema": orjson.dumps(self._converted.schema_json(0)).decode(),
+            "partition-spec": orjson.dumps(spec).decode(),
+            "partition-spec-id": str(self._spec_id),
+            "format-version": av.FORMAT_VERSION,
+            "content": "data" if content == av.MANIFEST_DATA else "deletes",
+        }
+        data = av.encode(schema, entries, metadata, path.name)
+        write_once(path, data)
+        return len(data)
+
+    def _manifest_file(
+        self,
+        path: Path,
+        length: int,
+        content: int,
+        entries: Sequence[dict[str, Any]],
+        first_row_id: int | None,
+        spec_id: int | None = None,
+    ) -> dict[str, Any]:
+        counts = {av.ADDED: [0, 0], av.EXISTING: [0, 0], av.DELETED: [0, 0]}
+        live_sequences = []
+        for e in entries:
+            tally = counts[e["status"]]
+            tally[0] += 1
+            tally[1] += int(e["data_file"]["record_count"])
+            if e["status"] != av.DELETED:
+                live_sequences.append(int(e["sequence_number"]))
+        return {
+            "manifest_path": str(path),
+            "manifest_length": length,
+            "partition_spec_id": self._spec_id if spec_id is None else spec_id,
+            "content": content,
+            "sequence_number": self.sequence,
+            "min_sequence_number": min(live_sequences, default=self.sequence),
+            "added_snapshot_id": self.snapshot_id,
+            "added_files_count": counts[av.ADDED][0],
+            "existing_files_count": counts[av.EXISTING][0],
+            "deleted_files_count": counts[av.DELETED][0],
+            "added_rows_count": counts[av.ADDED][1],
+            "existing_rows_count": counts[av.EXISTING][1],
+            "deleted_rows_count": counts[av.DELETED][1],
+            "first_row_id": first_row_id if content == av.MANIFEST_DATA else None,
+        }
+
+    # -- earlier manifests -----------------------------------------------------------------
+
+    def _carry_over(self, prev: dict[str, Any], plan: _Plan) -> list[dict[str, Any]]:
+        """The previous snapshot's manifests, rewritten where a file left."""
+        assert self.previous is not None
+        old = self.previous.files.select(["path"])
+        gone_data = {
+            self._location(p) for p in old.column("path").take(plan.data_removed).to_pylist()
+        }
+        gone_dvs = {self._location(p) for p in old.column("path").take(plan.dv_removed).to_pylist()}
+        current = next(
+            s for s in prev["snapshots"] if s["snapshot-id"] == prev["current-snapshot-id"]
+        )
+        listing = av.AvroContent(Path(current["manifest-list"]).read_bytes())
+        out = []
+        rewritten = 0
+        for manifest in listing.records:
+            live = manifest["added_files_count"] + manifest["existing_files_count"]
+            if live == 0:
+                continue  # only deletions, recorded by the snapshot that made them
+            is_data = manifest["content"] == av.MANIFEST_DATA
+            gone = gone_data if is_data else gone_dvs
+            if not gone:
+                out.append(manifest)
+                continue
+            content = av.AvroContent(Path(manifest["manifest_path"]).read_bytes())
+            key = "file_path" if is_data else "referenced_data_file"
+            if not any(
+                e["status"] != av.DELETED and e["data_file"][key] in gone for e in content.records
+            ):
+                out.append(manifest)
+                continue
+            entries = []
+            for e in content.records:
+                if e["status"] == av.DELETED:
+                    continue
+                if e["data_file"][key] in gone:
+                    entries.append({**e, "status": av.DELETED, "snapshot_id": self.snapshot_id})
+                else:
+                    entries.append({**e, "status": av.EXISTING})
+            kind = "data-rewritten" if is_data else "deletes-rewritten"
+            path = self.files.manifest_path(self.version, kind, rewritten)
+            rewritten += 1
+            data = av.encode(content.schema, entries, content.metadata, path.name)
+            write_once(path, data)
+            out.append(
+                self._manifest_file(
+                    path,
+                    len(data),
+                    manifest["content"],
+                    entries,
+                    None,
+                    spec_id=manifest["partition_spec_id"],
+                )
+            )
+        return out
+
+    # -- table metadata ----------------------------------------------------------------------
+
+    def _metadata(
+        self,
+        converted: ConvertedSchema,
+        schemas: list[dict[str, Any]],
+        schema_id: int,
+        specs: list[dict[str, Any]],
+        spec_id: int,
+        last_partition_id: int,
+        snapshot_json: dict[str, Any],
+        next_row_id: int,
+    ) -> dict[str, Any]:
+        prev = self.prev
+        snapshots = [*prev["snapshots"], snapshot_json] if prev else [snapshot_json]
+        snapshot_log = [*prev["snapshot-log"]] if prev else []
+        snapshot_log.append(
+            {"timestamp-ms": snapshot_json["timestamp-ms"], "snapshot-id": self.snapshot_id}
+        )
+        meta = self.snapshot.metadata
+        properties = {
+            NAME_MAPPING_PROPERTY: orjson.dumps(converted.name_mapping).decode(),
+            "lakeshare.delta.version": str(self.version),
+        }
+        if meta.name:
+            properties["lakeshare.delta.name"] = str(meta.name)
+        return {
+            "format-version": 3,
+            "table-uuid": _table_uuid(meta.id),
+            "location": location_of(self.storage, self.root),
+            "last-sequence-number": self.sequence,
+            "last-updated-ms": snapshot_json["timestamp-ms"],
+            "last-column-id": max(
+                converted.last_column_id, int(prev["last-column-id"]) if prev else 0
+            ),
+            "current-schema-id": schema_id,
+            "schemas": schemas,
+            "default-spec-id": spec_id,
+            "partition-specs": specs,
+            "last-partition-id": last_partition_id,
+            "default-sort-order-id": 0,
+            "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": properties,
+            "current-snapshot-id": self.snapshot_id,
+            "refs": {"main": {"snapshot-id": self.snapshot_id, "type": "branch"}},
+            "snapshots": snapshots,
+            "snapshot-log": snapshot_log,
+            "metadata-log": [],
+            "statistics": [],
+            "partition-statistics": [],
+            "next-row-id": next_row_id,
+        }
+
+
+@dataclass
+class _Plan:
+    """Row indexes: of the current files (data entries to add, DVs to add) and of the
+    previous files (data entries and DVs that end)."""
+
+    data_added: list[int]
+    dv_added: list[int]
+    data_removed: pa.Array
+    dv_removed: pa.Array
+
+
+def _diff(old: pa.Table | None, cur: pa.Table) -> _Plan:
+    """What changed between two versions' files: a file is the same data entry while its
+    path and `baseRowId` stay, and keeps its DV entry while its DV stays."""
+    cur_data, cur_dv, cur_has_dv = _signatures(cur)
+    if old is None:
+        empty = pa.array([], pa.int64())
+        return _Plan(list(range(cur.num_rows)), _indexes(cur_has_dv).to_pylist(), empty, empty)
+    old_data, old_dv, old_has_dv = _signatures(old)
+    new_data = pc.invert(pc.is_in(cur_data, value_set=old_data))
+    new_dv = pc.and_(pc.invert(pc.is_in(cur_dv, value_set=old_dv)), cur_has_dv)
+    new_dv = pc.or_(new_dv, pc.and_(new_data, cur_has_dv))
+    ended_data = pc.invert(pc.is_in(old_data, value_set=cur_data))
+    ended_dv = pc.and_(
+        old_has_dv, pc.or_(pc.invert(pc.is_in(old_dv, value_set=cur_dv)), ended_data)
+    )
+    return _Plan(
+        _indexes(new_data).to_pylist(),
+        _indexes(new_dv).to_pylist(),
+        _indexes(ended_data),
+        _indexes(ended_dv),
+    )
+
+
+def _indexes(mask: pa.Array) -> pa.Array:
+    return pc.indices_nonzero(mask).cast(pa.int64())
+
+
+def _signatures(files: pa.Table) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Per file: path + baseRowId, path + DV id, and whether it has a DV."""
+    paths = files.column("path").combine_chunks().cast(pa.string())
+    base = pc.fill_null(pc.cast(files.column("baseRowId").combine_chunks(), pa.string()), "")
+    data = pc.binary_join_element_wise(paths, base, "\x00")
+    dv = files.column("deletionVector").combine_chunks()
+    if not pa.types.is_struct(dv.type) or files.num_rows == 0:
+        # An all-null column may be stored without its struct type (deltalog.null_columns).
+        return data, data, pa.array([False] * files.num_rows, pa.bool_())
+    parts = [
+        pc.fill_null(pc.cast(dv.field(name), pa.string()), "")
+        for name in ("storageType", "pathOrInlineDv", "offset")
+    ]
+    dv_id = pc.binary_join_element_wise(paths, *parts, "\x00")
+    return data, dv_id, dv.is_valid()
+
+
+def _pairs(values: Mapping[int, Any]) -> list[dict[str, Any]] | None:
+    if not values:
+        return None
+    return [{"key": k, "value": v} for k, v in sorted(values.items())]
+
+
+_DECIMAL_JSON = json.JSONDecoder(parse_float=Decimal)
+
+_AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _avro_name(name: str) -> str:
+    """A column name as an Avro field name (readers match partition fields by id)."""
+    if _AVRO_NAME.match(name):
+        return name
+    out = []
+    for i, ch in enumerate(name):
+        valid = ch == "_" or (ch.isascii() and (ch.isalpha() or (ch.isdigit() and i > 0)))
+        out.append(ch if valid else f"_x{ord(ch):X}")
+    return "".join(out)
+
+
+def _table_uuid(table_id: str | None) -> str:
+    """The Delta table id when it is a UUID (as Delta writers make it), else one derived."""
+    try:
+        return str(uuid.UUID(str(table_id)))
+    except ValueError:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"lakeshare-delta-table:{table_id}"))
+
+
+def _summary(
+    plan: _Plan,
+    data_entries: Iterable[dict[str, Any]],
+    dv_rows: Sequence[dict[str, Any]],
+    manifests: Sequence[dict[str, Any]],
+) -> dict[str, str]:
+    added = list(data_entries)
+    removed_files = len(plan.data_removed)
+    if removed_files == 0 and not dv_rows:
+        operation = "append"
+    elif not added:
+        operation = "delete"
+    else:
+        operation = "overwrite"
+    total_files = sum(
+        m["added_files_count"] + m["existing_files_count"]
+        for m in manifests
+        if m["content"] == av.MANIFEST_DATA
+    )
+    total_rows = sum(
+        m["added_rows_count"] + m["existing_rows_count"]
+        for m in manifests
+        if m["content"] == av.MANIFEST_DATA
+    )
+    return {
+        "operation": operation,
+        "added-data-files": str(len(added)),
+        "deleted-data-files": str(removed_files),
+        "added-records": str(sum(e["data_file"]["record_count"] for e in added)),
+        "added-delete-files": str(len(dv_rows)),
+        "total-data-files": str(total_files),
+        "total-records": str(total_rows),
+    }

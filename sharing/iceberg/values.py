@@ -1,0 +1,175 @@
+"""Delta values in Iceberg form: partition tuples and column bounds from Delta statistics.
+
+Bounds are only given where a Delta statistic is a safe Iceberg bound (an Iceberg reader
+skips a file whose bounds exclude a predicate, so a bound tighter than the data loses
+rows):
+- minimums are always safe: a string minimum cut to a prefix is still at most every value,
+  a timestamp minimum truncated to milliseconds is still at most the true minimum;
+- string maximums are dropped when they may have been cut: Delta writers keep a prefix of
+  `delta.dataSkippingStringPrefixLength` characters (32 by default), so a maximum that
+  long (or longer) is not used, a shorter one is exact;
+- timestamp maximums are truncated to milliseconds by Delta writers, so they are widened
+  by 999 microseconds;
+- `NaN`, infinities written as strings and values that do not parse give no bound; floats
+  and doubles keep their bounds (Delta, like Iceberg, leaves NaN out of them);
+- booleans and binary columns get no bounds (Delta does not collect them);
+- null counts are given only when the statistics are tight (`tightBounds` not false: after
+  a deletion vector, Delta may keep the counts of the whole physical file, which are not
+  a null count of the live rows, though min/max stay valid bounds).
+Bounds use Iceberg's single-value binary serialization (little-endian numbers, UTF-8
+strings, big-endian two's complement unscaled decimals).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from deltalog.partitions import PartitionValueError, parse_partition_value
+from deltalog.schema import DataType, DecimalType, PrimitiveType
+from sharing.iceberg.schema import Leaf
+
+DEFAULT_STRING_PREFIX = 32
+STRING_PREFIX_KEY = "delta.dataSkippingStringPrefixLength"
+MS_TRUNCATION_WIDENING = 999
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def string_prefix_length(configuration: Mapping[str, str]) -> int:
+    """The length Delta writers cut string statistics to, for a table's properties."""
+    try:
+        return max(1, int(configuration.get(STRING_PREFIX_KEY, DEFAULT_STRING_PREFIX)))
+    except ValueError:
+        return DEFAULT_STRING_PREFIX
+
+
+def partition_value(text: str | None, delta_type: DataType) -> Any:
+    """A partition value as the Avro writer takes it (None for null): ints, floats,
+    strings, dates, timestamps as microseconds, decimals as `Decimal`."""
+    return parse_partition_value(text, delta_type)
+
+
+class Bounds:
+    """Lower and upper bounds and null counts (field id → value) of one data file."""
+
+    __slots__ = ("lower", "null_counts", "upper")
+
+    def __init__(self) -> None:
+        self.lower: dict[int, bytes] = {}
+        self.upper: dict[int, bytes] = {}
+        self.null_counts: dict[int, int] = {}
+
+
+def file_bounds(stats: Mapping[str, Any] | None, leaves: Sequence[Leaf], prefix: int) -> Bounds:
+    """The safe Iceberg bounds and null counts of a file from its Delta statistics."""
+    bounds = Bounds()
+    if not stats:
+        return bounds
+    minimums = stats.get("minValues")
+    maximums = stats.get("maxValues")
+    nulls = stats.get("nullCount") if stats.get("tightBounds", True) is not False else None
+    for leaf in leaves:
+        if isinstance(minimums, Mapping):
+            low = _lookup(minimums, leaf.stats_path)
+            encoded = _encode(low, leaf.delta_type, upper=False, prefix=prefix)
+            if encoded is not None:
+                bounds.lower[leaf.field_id] = encoded
+        if isinstance(maximums, Mapping):
+            high = _lookup(maximums, leaf.stats_path)
+            encoded = _encode(high, leaf.delta_type, upper=True, prefix=prefix)
+            if encoded is not None:
+                bounds.upper[leaf.field_id] = encoded
+        if isinstance(nulls, Mapping):
+            count = _lookup(nulls, leaf.stats_path)
+            if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+                bounds.null_counts[leaf.field_id] = count
+    return bounds
+
+
+def _lookup(values: Mapping[str, Any], path: Sequence[str]) -> Any:
+    node: Any = values
+    for step in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(step)
+    return node
+
+
+def _encode(value: Any, delta_type: DataType, *, upper: bool, prefix: int) -> bytes | None:
+    if value is None or isinstance(value, (dict, list)):
+        return None
+    try:
+        if isinstance(delta_type, DecimalType):
+            return _decimal(value, delta_type)
+        if not isinstance(delta_type, PrimitiveType):
+            return None
+        name = delta_type.name
+        if name in ("integer", "short", "byte"):
+            return struct.pack("<i", _integer(value)) if _is_integer(value) else None
+        if name == "long":
+            return struct.pack("<q", _integer(value)) if _is_integer(value) else None
+        if name in ("float", "double"):
+            if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+                return None  # "NaN", "Infinity" and the like
+            number = float(value)
+            if number != number or number in (float("inf"), float("-inf")):
+                return None
+            return struct.pack("<f" if name == "float" else "<d", number)
+        if name == "string":
+            if not isinstance(value, str):
+                return None
+            if upper and len(value) >= prefix:
+                return None  # possibly cut to the prefix: not an upper bound
+            return value.encode("utf-8")
+        if name == "date":
+            if not isinstance(value, str):
+                return None
+            return struct.pack("<i", (dt.date.fromisoformat(value) - _EPOCH_DATE).days)
+        if name in ("timestamp", "timestamp_ntz"):
+            if not isinstance(value, str):
+                return None
+            micros = parse_partition_value(value, delta_type)
+            if not isinstance(micros, int):
+                return None
+            if upper:
+                micros += MS_TRUNCATION_WIDENING
+            return struct.pack("<q", micros)
+    except (ValueError, OverflowError, struct.error, PartitionValueError, InvalidOperation):
+        return None
+    return None
+
+
+def _is_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, Decimal) and value == value.to_integral_value()
+
+
+def _integer(value: Any) -> int:
+    return int(value)
+
+
+def _decimal(value: Any, delta_type: DecimalType) -> bytes | None:
+    if isinstance(value, bool) or not isinstance(value, (int, Decimal, str)):
+        return None  # a float has lost digits already: no bound
+    number = Decimal(str(value))
+    if not number.is_finite():
+        return None
+    scaled = number.scaleb(delta_type.scale)
+    unscaled = scaled.to_integral_value()
+    if scaled != unscaled:
+        return None  # more digits than the scale: not this column's value
+    return _twos_complement(int(unscaled))
+
+
+def _twos_complement(value: int) -> bytes:
+    """The minimal big-endian two's complement bytes of `value` (Iceberg decimals)."""
+    length = 1
+    while not -(1 << (8 * length - 1)) <= value < (1 << (8 * length - 1)):
+        length += 1
+    return value.to_bytes(length, "big", signed=True)
