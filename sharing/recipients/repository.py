@@ -442,14 +442,9 @@ class RecipientRepository:
                 )
             if not key:
                 raise InvalidParameter("empty share name")
-            if len(key) > _SHARE_CHARS:  # the grants column (a configured name could be longer)
-                raise InvalidParameter(f"share name longer than {_SHARE_CHARS} characters")
             if key not in granted:
                 granted.append(key)
         return granted
-
-
-_SHARE_CHARS = 255
 
 
 def _name(name: str) -> str:

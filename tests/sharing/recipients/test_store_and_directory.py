@@ -388,15 +388,3 @@ def test_admin_configuration_is_validated(admin: dict[str, str], message: str) -
 
     with pytest.raises(ConfigError, match=message):
         make_config({**SHARES, "admin": admin})
-
-
-def test_a_configured_share_name_longer_than_the_grants_column_is_refused(store: Store) -> None:
-    """The grants column holds 255 characters: a longer configured name is a clear 400, not
-    a database error (PostgreSQL refuses the value)."""
-    long_name = "s" * 256
-    directory = RecipientDirectory(
-        make_config({"shares": [{"name": long_name, "schemas": []}]}), store, cache_seconds=0
-    )
-    assert directory.repository is not None
-    with pytest.raises(InvalidParameter, match="longer than 255"):
-        directory.repository.create("bob", [long_name])
