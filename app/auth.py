@@ -31,6 +31,7 @@ from sharing.recipients.directory import Challenge
 from sharing.recipients.model import Principal
 from sharing.recipients.refusals import refusal_of
 from sharing.recipients.runtime import Recipients
+from sharing.slices import Viewer
 
 __all__ = [
     "BearerChallenge",
@@ -70,7 +71,8 @@ async def authenticate(request: Request) -> Principal:
     state = request.state
     state.principal = principal
     state.recipient = principal.recipient
-    state.catalog = request.app.state.catalog.visible_to(principal.shares)
+    viewer = Viewer(principal.recipient, principal.properties)
+    state.catalog = request.app.state.catalog.visible_to(principal.shares, viewer)
     return principal
 
 
@@ -84,5 +86,5 @@ def catalog_for(request: Request) -> Catalog:
     catalog: Catalog | None = getattr(request.state, "catalog", None)
     if catalog is not None:
         return catalog
-    whole: Catalog = request.app.state.catalog
+    whole: Catalog = request.app.state.catalog.current()
     return whole

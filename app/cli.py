@@ -21,6 +21,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from app.cli_recipients import add_recipient_commands, anonymous_refusal
+from app.cli_shares import add_share_commands
 from app.logs import configure_logging
 from app.terminal import stdout_gone
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=_check)
     add_recipient_commands(commands)
+    add_share_commands(commands)
     return parser
 
 
@@ -173,6 +175,8 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(config)  # before announcing anything: a broken app must not look up
     except StoreError as exc:
         return _fail(str(exc))
+    except ConfigError as exc:  # e.g. a share name both in the file and in the store
+        return _fail(f"invalid configuration: {exc}", 2)
 
     host = args.host if args.host is not None else config.host
     port = args.port if args.port is not None else config.port
@@ -296,6 +300,9 @@ def _announce(config: ServerConfig, config_path: Path, base_url: str, demo: bool
     profile_path = _write_profile(config, config_path.parent / PROFILE_FILE_NAME, base_url)
     example = tables[0] if tables else "<share>.<schema>.<table>"
     print(f"Recipient profile: {profile_path}")
+    partners = _write_partner_profiles(config, config_path.parent, base_url)
+    for name, path in partners:
+        print(f"Partner profile ({name}): {path}")
     print()
     print("Try it from Python (pip install delta-sharing):")
     print()
@@ -303,8 +310,31 @@ def _announce(config: ServerConfig, config_path: Path, base_url: str, demo: bool
     print(f'    profile = "{profile_path}"')
     print("    print(delta_sharing.SharingClient(profile).list_all_tables())")
     print(f'    print(delta_sharing.load_as_pandas(profile + "#{example}"))')
+    filtered = next((t for t in tables if t.endswith(".orders_by_region")), None)
+    if partners and filtered is not None:
+        print("    # one table name, one slice per partner (partition filter on `region`):")
+        for _, path in partners:
+            print(f'    print(delta_sharing.load_as_pandas("{path}#{filtered}").region.unique())')
     print()
     sys.stdout.flush()
+
+
+def _write_partner_profiles(
+    config: ServerConfig, directory: Path, endpoint: str
+) -> list[tuple[str, Path]]:
+    """The demo's configured recipients' profiles (`<name>.share`, private)."""
+    written = []
+    for recipient in config.recipients:
+        token = next((c.token for c in recipient.credentials if c.token), None)
+        if token is None:
+            continue
+        path = (directory / f"{recipient.name}.share").resolve()
+        profile = {"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": token}
+        path.touch(mode=0o600, exist_ok=True)
+        path.chmod(0o600)
+        path.write_text(json.dumps(profile, indent=2) + "\n", encoding="utf-8")
+        written.append((recipient.name, path))
+    return written
 
 
 def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:

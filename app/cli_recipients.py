@@ -22,7 +22,12 @@ from sharing.recipients.audit import AuditEvent, query_events
 from sharing.recipients.directory import RecipientDirectory
 from sharing.recipients.hashing import hash_password, hash_token
 from sharing.recipients.model import CredentialType
-from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
+from sharing.recipients.names import (
+    InvalidValue,
+    parse_duration,
+    parse_instant,
+    property_assignment,
+)
 from sharing.recipients.profiles import (
     endpoint_url,
     is_loopback_host,
@@ -75,6 +80,13 @@ def add_recipient_commands(commands: Any) -> None:
     create.add_argument("--recipient-expires", metavar="TIME", help="recipient expiry (ISO-8601)")
     create.add_argument("--ip", action="append", default=[], metavar="CIDR", help="allow-list")
     create.add_argument("--comment", default="", help="free-form comment")
+    create.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a property, read by partition filters' current_recipient('KEY') (repeat)",
+    )
     create.add_argument("--public-key", metavar="FILE", help="PEM/JWK (private-key-jwt)")
     create.add_argument("--key-id", help="key id of --public-key")
     create.add_argument(
@@ -113,6 +125,14 @@ def add_recipient_commands(commands: Any) -> None:
     rotate.add_argument("--type", choices=_TYPES, help="credential type (default: current)")
     rotate.add_argument("--expires-in", metavar="DURATION", help="new credential lifetime")
     _profile_options(rotate)
+    set_properties = command(
+        "set-properties",
+        "set properties (read by partition filters' current_recipient('KEY'))",
+        _set_properties,
+    )
+    set_properties.add_argument("assignments", nargs="+", metavar="KEY=VALUE")
+    unset_properties = command("unset-properties", "remove properties", _unset_properties)
+    unset_properties.add_argument("keys", nargs="+", metavar="KEY")
     command("disable", "cut a recipient off (keeps its data)", _disable)
     command("enable", "let a disabled recipient in again", _enable)
     command("delete", "delete a recipient, its grants and credentials", _delete)
@@ -262,6 +282,7 @@ def _create(args: argparse.Namespace) -> int:
                 expires_at=_recipient_expiry(args),
                 ip_allow_list=args.ip,
                 comment=args.comment,
+                properties=_assignments(args.property),
             )
             url = create_link(
                 repository,
@@ -281,6 +302,7 @@ def _create(args: argparse.Namespace) -> int:
             comment=args.comment,
             public_key=public_key,
             key_id=args.key_id,
+            properties=_assignments(args.property),
         )
         assert issued is not None
         if generated is not None:
@@ -404,6 +426,34 @@ def _rotate(args: argparse.Namespace) -> int:
             expires_at=_ms_in(args.expires_in),
         )
         _emit_profile(args, config, issued, repository.require(args.name).name, endpoint)
+        return 0
+
+    return _run(args, body)
+
+
+def _assignments(texts: list[str]) -> dict[str, str]:
+    """KEY=VALUE arguments as a mapping (a key given twice: the last value)."""
+    return dict(property_assignment(text) for text in texts)
+
+
+def _print_properties(name: str, properties: tuple[tuple[str, str], ...]) -> None:
+    shown = ", ".join(f"{k}={v}" for k, v in properties) or "-"
+    print(f"{name}: properties {shown}")
+
+
+def _set_properties(args: argparse.Namespace) -> int:
+    def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        recipient = repository.set_properties(args.name, _assignments(args.assignments))
+        _print_properties(recipient.name, recipient.properties)
+        return 0
+
+    return _run(args, body)
+
+
+def _unset_properties(args: argparse.Namespace) -> int:
+    def body(config: ServerConfig, repository: RecipientRepository) -> int:
+        recipient = repository.unset_properties(args.name, args.keys)
+        _print_properties(recipient.name, recipient.properties)
         return 0
 
     return _run(args, body)

@@ -11,6 +11,11 @@ a recipient cares about rather than an empty server:
   protocol to reader 3 / writer 7 with the `deletionVectors` feature and soft-delete rows
   with deletion vectors (`deltalake` cannot write DVs; see `app.dv_writer`).
 - `demo.sales.events`: a `timestamp_ntz` column, which needs the `timestampNtz` feature.
+- `demo.sales.orders_by_region`: the orders table again, shared with the partition filter
+  `region = current_recipient('region')` (sharing.slices), and two configured recipients,
+  `north-partner` and `south-partner`, whose `region` properties differ: each reads its own
+  slice of the same table name (their profiles are written beside the demo's own, whose
+  recipient has no properties and so sees no row of it).
 
 Everything is derived from row numbers, so every build holds the same rows. The tables are
 built in a temporary directory that is renamed into place once complete: a start that was
@@ -45,6 +50,12 @@ logger = logging.getLogger(__name__)
 SHARE = "demo"
 SCHEMA = "sales"
 TABLES = ("orders", "customers", "events")
+FILTERED_TABLE = "orders_by_region"
+"""The orders table shared again with a partition filter on the recipient's region."""
+FILTERED_LOCATION = "orders"
+PARTITION_FILTER = "region = current_recipient('region')"
+PARTNERS = (("north-partner", "north"), ("south-partner", "south"))
+"""Configured recipients of the demo and their `region` property."""
 
 DEMO_FORMAT = 1
 """Bump when the demo tables change, so existing demo directories are rebuilt."""
@@ -183,13 +194,20 @@ def _ensure_config(config_path: Path, tables_dir: Path) -> None:
     existing = _read_yaml(config_path)
     token = _nested_str(existing, "authorization", "bearerToken")
     secret = _nested_str(existing, "signingSecret")
-    if token and secret and _config_locations(existing) == _expected_locations(tables_dir):
+    partner_tokens = _partner_tokens(existing)
+    if (
+        token
+        and secret
+        and _config_locations(existing) == _expected_locations(tables_dir)
+        and set(partner_tokens) == {name for name, _ in PARTNERS}
+    ):
         return
     config = _demo_config(
         tables_dir,
         bearer_token=token or secrets.token_urlsafe(32),
         signing_secret=secret or secrets.token_urlsafe(48),
         table_ids=_config_table_ids(existing),
+        partner_tokens=partner_tokens,
     )
     header = (
         "# Lakeshare demo configuration, written by `lakeshare serve` on first start.\n"
@@ -206,9 +224,11 @@ def _demo_config(
     bearer_token: str,
     signing_secret: str,
     table_ids: dict[str, str],
+    partner_tokens: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The configuration (reference server format plus `signingSecret`) for the demo."""
-    tables = [
+    """The configuration (reference server format plus `signingSecret`, the filtered
+    table and its two recipients) for the demo."""
+    tables: list[dict[str, Any]] = [
         {
             "name": name,
             "location": str(tables_dir / name),
@@ -217,9 +237,30 @@ def _demo_config(
         }
         for name in TABLES
     ]
+    tables.append(
+        {
+            "name": FILTERED_TABLE,
+            "location": str(tables_dir / FILTERED_LOCATION),
+            "id": table_ids.get(FILTERED_TABLE) or str(uuid.uuid4()),
+            "historyShared": True,
+            "partitionFilter": PARTITION_FILTER,
+        }
+    )
+    tokens = partner_tokens or {}
+    recipients = [
+        {
+            "name": name,
+            "shares": [SHARE],
+            "properties": {"region": region},
+            "comment": f"demo partner: sees the {region} slice of {FILTERED_TABLE}",
+            "credentials": [{"token": tokens.get(name) or secrets.token_urlsafe(32)}],
+        }
+        for name, region in PARTNERS
+    ]
     return {
         "version": 1,
         "shares": [{"name": SHARE, "schemas": [{"name": SCHEMA, "tables": tables}]}],
+        "recipients": recipients,
         "authorization": {"bearerToken": bearer_token},
         "host": "127.0.0.1",
         "port": 8080,
@@ -266,7 +307,26 @@ def _config_table_ids(config: Any) -> dict[str, str]:
 
 
 def _expected_locations(tables_dir: Path) -> dict[str, str]:
-    return {name: str(tables_dir / name) for name in TABLES}
+    expected = {name: str(tables_dir / name) for name in TABLES}
+    expected[FILTERED_TABLE] = str(tables_dir / FILTERED_LOCATION)
+    return expected
+
+
+def _partner_tokens(config: Any) -> dict[str, str]:
+    """The demo partners' tokens in a parsed config (kept across rewrites, so a partner's
+    profile keeps working)."""
+    found: dict[str, str] = {}
+    partners = {name for name, _ in PARTNERS}
+    recipients = config.get("recipients") if isinstance(config, dict) else None
+    for entry in recipients if isinstance(recipients, list) else []:
+        if not isinstance(entry, dict) or entry.get("name") not in partners:
+            continue
+        credentials = entry.get("credentials")
+        first = credentials[0] if isinstance(credentials, list) and credentials else None
+        token = _nested_str(first, "token")
+        if token:
+            found[str(entry["name"])] = token
+    return found
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from sharing.config import SchemaConfig, ServerConfig, ShareConfig, TableConfig
 from sharing.errors import InvalidParameter, ResourceNotFound
+from sharing.slices import BoundFilter, Viewer, bind, parse_partition_filter
 from sharing.tokens import TokenCodec, TokenError
 
 __all__ = ["MAX_RESULTS_LIMIT", "Catalog", "Page", "SharedTable"]
@@ -29,12 +30,21 @@ _INVALID_TOKEN_MESSAGE = "invalid 'nextPageToken'"
 
 @dataclass(frozen=True)
 class SharedTable:
-    """A table resolved from a request: canonical (configured) names plus its config."""
+    """A table resolved from a request: canonical (configured) names plus its config, who
+    it was resolved for (`recipient`, None before authentication) and the partition filter
+    with that recipient's properties bound (None: the whole table; sharing.slices)."""
 
     share: str
     schema: str
     name: str
     config: TableConfig
+    recipient: str | None = None
+    partition_filter: BoundFilter | None = None
+
+    @property
+    def slice_key(self) -> str:
+        """What caches and tokens key on besides the table: the bound filter ("" for none)."""
+        return "" if self.partition_filter is None else self.partition_filter.key
 
     @property
     def full_name(self) -> str:
@@ -68,44 +78,79 @@ _MAX_VIEWS = 1024
 class Catalog:
     """Read-only view of the configured shares, in configuration order.
 
-    `visible_to(shares)` is the same catalog as one recipient sees it: only its granted
-    shares exist, so a share it is not granted answers exactly as one that does not exist
-    (same status, same message) and listings never name it."""
+    `visible_to(shares, viewer)` is the same catalog as one recipient sees it: only its
+    granted shares exist, so a share it is not granted answers exactly as one that does not
+    exist (same status, same message) and listings never name it; and its tables come with
+    their partition filters bound to the viewer's properties (sharing.slices). This is the
+    one place where both are decided for every door."""
 
     def __init__(
         self,
         config: ServerConfig,
         tokens: TokenCodec | None = None,
         *,
+        shares: tuple[ShareConfig, ...] | None = None,
         visible: frozenset[str] | None = None,
+        viewer: Viewer | None = None,
     ) -> None:
+        """`shares` (default: the configuration's) is the whole catalog: a live catalog
+        (sharing.shares.live) passes the file's and the store's together."""
         self._config = config
-        shares = config.shares
+        self._viewer = viewer
+        self._bound: dict[str, BoundFilter] = {}
+        if shares is None:
+            shares = config.shares
+        self._all = shares
         if visible is not None:
             shares = tuple(share for share in shares if share.name.lower() in visible)
         self._shares: tuple[ShareConfig, ...] = shares
         self._by_name = {share.name.lower(): share for share in shares}
         self._tokens = tokens or TokenCodec(config.signing_secret)
-        self._views: dict[frozenset[str], Catalog] = {}
+        self._views: dict[tuple[frozenset[str], Viewer | None], Catalog] = {}
 
-    def visible_to(self, shares: frozenset[str]) -> Catalog:
-        """The catalog restricted to `shares` (lower-case names; "*" = every share). Views
-        are cached per grant set: many recipients share a few grant sets."""
-        if "*" in shares:
+    def visible_to(self, shares: frozenset[str], viewer: Viewer | None = None) -> Catalog:
+        """The catalog restricted to `shares` (lower-case names; "*" = every share) as
+        `viewer` sees it. Views are cached per grant set and viewer."""
+        if "*" in shares and viewer is None:
             return self
-        view = self._views.get(shares)
+        key = (shares, viewer)
+        view = self._views.get(key)
         if view is None:
             if len(self._views) >= _MAX_VIEWS:
                 self._views.clear()
-            view = Catalog(self._config, self._tokens, visible=shares)
-            self._views[shares] = view
+            visible = None if "*" in shares else shares
+            view = Catalog(
+                self._config, self._tokens, shares=self._all, visible=visible, viewer=viewer
+            )
+            self._views[key] = view
         return view
+
+    def _bound_filter(self, table: TableConfig) -> BoundFilter | None:
+        """The table's filter with this view's properties bound (none: bound to no
+        properties, so `current_recipient` is NULL everywhere)."""
+        if table.partition_filter is None:
+            return None
+        found = self._bound.get(table.id)
+        if found is None:
+            properties = self._viewer.properties if self._viewer is not None else ()
+            found = bind(parse_partition_filter(table.partition_filter), properties)
+            self._bound[table.id] = found
+        return found
 
     # -- lookups -----------------------------------------------------------------------------
 
     @property
     def shares(self) -> tuple[ShareConfig, ...]:
         return self._shares
+
+    def tables(self) -> list[SharedTable]:
+        """Every table this catalog serves, in listing order."""
+        return [
+            SharedTable(share.name, schema.name, table.name, table)
+            for share in self._shares
+            for schema in share.schemas
+            for table in schema.tables
+        ]
 
     def get_share(self, share: str) -> ShareConfig:
         found = self._by_name.get(share.lower())
@@ -135,6 +180,8 @@ class Catalog:
                     schema=schema_config.name,
                     name=candidate.name,
                     config=candidate,
+                    recipient=self._viewer.recipient if self._viewer is not None else None,
+                    partition_filter=self._bound_filter(candidate),
                 )
         raise self._table_not_found(share, schema, table)
 

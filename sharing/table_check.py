@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from deltalog.actions import Metadata
 from deltalog.features import reader_features
 from deltalog.storage.base import Storage
 from sharing.catalog import SharedTable
@@ -25,6 +26,12 @@ from sharing.config import ServerConfig
 from sharing.credentials.vending import vending_support
 from sharing.errors import SharingError
 from sharing.query import capabilities
+from sharing.slices import (
+    FilterColumnError,
+    FilterSyntaxError,
+    check_columns,
+    parse_partition_filter,
+)
 from sharing.tables import TableService
 
 __all__ = ["Status", "TableReport", "check_table", "check_tables", "configured_tables"]
@@ -111,6 +118,16 @@ def check_table(service: TableService, shared: SharedTable) -> TableReport:
                 f"parquet-format clients cannot read it (it uses {', '.join(needed)})"
             )
         report.temporary_credentials = _vending(shared, snapshot.storage)
+        if shared.config.partition_filter is not None:
+            problem = filter_problem(shared.config.partition_filter, metadata)
+            if problem is not None:
+                report.status = Status.UNUSABLE
+                report.problems.append(problem)
+            else:
+                report.notes.append(
+                    f"partition filter: {shared.config.partition_filter} (each recipient "
+                    "sees its slice; temporary table credentials are refused)"
+                )
         if shared.config.start_version > snapshot.version:
             report.status = Status.UNUSABLE
             report.problems.append(
@@ -201,10 +218,21 @@ def _log_report(report: TableReport) -> None:
     )
 
 
+def filter_problem(text: str, metadata: Metadata) -> str | None:
+    """Why a table's partition filter cannot be applied to the table, or None."""
+    try:
+        check_columns(parse_partition_filter(text), metadata)
+    except (FilterColumnError, FilterSyntaxError) as exc:
+        return f"partitionFilter: {exc}"
+    return None
+
+
 def _vending(shared: SharedTable, storage: Storage) -> str:
     """Whether recipients can ask for temporary table credentials (cloud tables only)."""
     if not storage.kind.is_cloud:
         return "not applicable (local table)"
+    if shared.config.partition_filter is not None:
+        return "not available: the table is shared with a partition filter"
     support = vending_support(shared, storage)
     if support.possible:
         return "available"

@@ -98,6 +98,20 @@ def random_secret() -> bytes:
 # --- shares, schemas, tables ----------------------------------------------------------------
 
 
+def _partition_filter(value: str | None) -> str | None:
+    """The filter's syntax is checked here; its columns against the table's partition
+    columns at start (sharing.slices.check_filters) and by `lakeshare check`."""
+    from sharing.slices import FilterSyntaxError, parse_partition_filter
+
+    if value is None or not value.strip():
+        return None
+    try:
+        parse_partition_filter(value)
+    except FilterSyntaxError as exc:
+        raise Problem(f"invalid partition filter: {exc}", named=False) from None
+    return value
+
+
 class TableConfig(Section):
     kind: ClassVar[str] = "table"
 
@@ -106,7 +120,11 @@ class TableConfig(Section):
     id: Text = ""  # empty: the loader sets default_table_id(share, schema, name)
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
+    comment: Text = ""  # the provider's note; never sent to recipients
     storage_profile: OptionalText = None  # a key of `storageProfiles`
+    # A SQL predicate on partition columns, with current_recipient('key') (sharing.slices):
+    # each recipient sees only the files it selects.
+    partition_filter: Annotated[OptionalText, AfterValidator(_partition_filter)] = None
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
     storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
@@ -279,6 +297,22 @@ def _texts(value: object) -> object:
 
 
 Texts = Annotated[tuple[str, ...], BeforeValidator(_texts)]
+
+
+def _properties(value: object) -> object:
+    from sharing.recipients.names import InvalidValue, recipient_properties
+
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise Problem("must be a mapping of property names to values")
+    try:
+        return recipient_properties({str(key): as_text(item) for key, item in value.items()})
+    except InvalidValue as exc:
+        raise Problem(str(exc), named=False) from None
+
+
+RecipientProperties = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_properties)]
 CREDENTIAL_TYPES_IN_CONFIG = ("bearer", "basic")
 
 
@@ -338,6 +372,12 @@ class RecipientConfig(Section):
     comment: Text = ""
     enabled: Boolean = True
     credentials: tuple[RecipientCredentialConfig, ...] = ()
+    # current_recipient('key') in partition filters (sharing.slices)
+    properties: RecipientProperties = ()
+
+    @field_serializer("properties")
+    def _properties_as_written(self, value: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        return dict(value)
 
 
 class StoreConfig(Section):

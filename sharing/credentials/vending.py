@@ -20,7 +20,7 @@ from deltalog.storage.kinds import StorageKind
 from sharing.catalog import SharedTable
 from sharing.credentials.base import CredentialsUnavailable, NotVendable, TemporaryCredentials
 from sharing.credentials.location import NOT_CLOUD, CloudLocation, check_location, parse_location
-from sharing.errors import InvalidParameter, UnsupportedOperation
+from sharing.errors import Forbidden, InvalidParameter, UnsupportedOperation
 
 __all__ = ["VendingSupport", "require_history_for_credentials", "vend", "vending_support"]
 
@@ -64,6 +64,15 @@ def _vendor(kind: StorageKind) -> Vendor:
 
 
 def require_history_for_credentials(shared: SharedTable) -> None:
+    """Credentials reach the table's whole directory: refused (403) for a table that this
+    recipient sees a slice of (sharing.slices: the filter would be bypassed), and, as the
+    reference does, for a table without shared history."""
+    if shared.partition_filter is not None:
+        raise Forbidden(
+            f"Temporary table credentials are not available for table {shared.full_name}: "
+            "it is shared with a partition filter, which direct access to its files would "
+            "bypass. Read it through the query APIs."
+        )
     if not shared.config.history_shared:
         raise InvalidParameter(
             "Temporary table credentials are not supported because history sharing is not "

@@ -121,12 +121,20 @@ def _encode_inputs(inputs: QueryInputs) -> str:
             "features": sorted(caps.reader_features),
             "endStream": caps.include_end_stream_action,
             "fileIdHash": inputs.file_id_hash,
+            "slice": inputs.shared.slice_key,
         }
     ).decode()
 
 
 def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
     data = orjson.loads(text)
+    if data.get("slice", "") != shared.slice_key:
+        # The result is a slice of the table (sharing.slices) bound when it was submitted;
+        # another slice (the recipient's properties changed) is another query.
+        raise InvalidParameter(
+            "The query was submitted for another slice of the table (the recipient's "
+            "properties changed). Please restart the query."
+        )
     fields = dict(data["request"])
     fields["predicate_hints"] = tuple(fields["predicate_hints"])
     caps = Capabilities(
@@ -150,6 +158,10 @@ def fingerprint(inputs: QueryInputs) -> str:
         "formats": list(caps.response_formats),
         "features": sorted(caps.reader_features),
         "fileIdHash": inputs.file_id_hash,
+        # Whose slice (sharing.slices): a key reused by another recipient, or after the
+        # recipient's properties changed, is a different query.
+        "recipient": inputs.shared.recipient,
+        "slice": inputs.shared.slice_key,
     }
     return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
 

@@ -67,6 +67,8 @@ class Changes(RangeKind[ChangeCommit]):
     ) -> list[ChangeCommit]:
         return tables.table_changes(shared, first, last)
 
+    file_fields = ("cdcs", "removes", "adds")
+
     def groups(self, commit: ChangeCommit) -> Sequence[tuple[pa.Table, str]]:
         return ((commit.cdcs, CDC), (commit.removes, REMOVE), (commit.adds, ADD))
 

@@ -136,13 +136,17 @@ def end_stream_error(exc: Exception) -> bytes:
     return dumps_line({"endStreamAction": {"errorMessage": message, "httpStatusErrorCode": status}})
 
 
-def table_head(snapshot: Snapshot, history_shared: bool) -> TableHead:
-    """Protocol, metadata and size figures of a snapshot, computed on its Arrow files."""
+def table_head(
+    snapshot: Snapshot, history_shared: bool, visible: tuple[int, int] | None = None
+) -> TableHead:
+    """Protocol, metadata and size figures of a snapshot, computed on its Arrow files;
+    `visible`: (bytes, files) of the recipient's slice (sharing.slices.visible_figures)."""
+    size, num_files = visible if visible is not None else (None, None)
     return TableHead(
         protocol=snapshot.protocol,
         metadata=snapshot.metadata,
-        size=snapshot.size_in_bytes,
-        num_files=snapshot.num_files,
+        size=snapshot.size_in_bytes if size is None else size,
+        num_files=snapshot.num_files if num_files is None else num_files,
         history_shared=history_shared,
     )
 

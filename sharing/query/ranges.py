@@ -30,6 +30,7 @@ from sharing.query.capabilities import Capabilities
 from sharing.query.commit_pages import CommitPart, commit_sections, paginate, part_files
 from sharing.query.kinds import StreamPosition
 from sharing.query.plan import FileSection, QueryPlan, table_head
+from sharing.slices import BoundFilter, visible_figures, visible_files, visible_rows
 from sharing.tables import TableService
 
 
@@ -82,6 +83,28 @@ class RangeKind(ABC, Generic[C]):
     def actions(self, commit: C) -> int:
         return sum(files.num_rows for files, _ in self.groups(commit))
 
+    # The commit's fields holding file actions (ADD/REMOVE/CDC tables with partitionValues).
+    file_fields: tuple[str, ...] = ("removes", "adds")
+
+    def sliced(
+        self, commits: Sequence[C], metadata: Metadata, bound: BoundFilter | None
+    ) -> list[C]:
+        """The commits with only the file actions the recipient's partition filter lets
+        through (sharing.slices), each judged under the metadata in effect at its commit
+        (`metadata`: the one before the first). Pages count the sliced actions, so page
+        tokens (bound to the filter) resume the same sequence."""
+        if bound is None:
+            return list(commits)
+        out: list[C] = []
+        for commit in commits:
+            metadata = commit.metadata or metadata
+            kept = {
+                name: visible_files(getattr(commit, name), metadata, bound)
+                for name in self.file_fields
+            }
+            out.append(replace(commit, **kept))  # type: ignore[type-var]
+        return out
+
 
 @dataclass(frozen=True)
 class RangeRequest:
@@ -119,11 +142,21 @@ def plan_range(
         else tables.at_version(shared, query.start)
     )
     commits = kind.read(tables, shared, position.commit, position.end)
+    if shared.partition_filter is not None:
+        # The metadata in effect before the first commit read (a later page starts later).
+        in_effect = before
+        if position.commit > query.start:
+            in_effect = tables.at_version(shared, position.commit - 1)
+        commits = kind.sliced(commits, in_effect.metadata, shared.partition_filter)
     kind.check(commits, replace(caps, response_formats=(chosen,)), before, chosen)
 
     writer = writer_for(chosen)
     history_shared = shared.config.history_shared
-    head_fields = table_head(head_snapshot, history_shared)
+    figures = None
+    if shared.partition_filter is not None:
+        visible = visible_rows(head_snapshot.files, head_snapshot.metadata, shared.partition_filter)
+        figures = visible_figures(head_snapshot.files, visible)
+    head_fields = table_head(head_snapshot, history_shared, figures)
     head_fields = replace(head_fields, metadata=kind.delivered(head_fields.metadata, chosen))
     head = writer.head_lines(head_fields, version=head_snapshot.version)
     signer = signer_for(head_snapshot)

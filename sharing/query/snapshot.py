@@ -40,6 +40,7 @@ from sharing.query.rows import take_rows
 from sharing.query.small import Selection, SelectionCache, is_small
 from sharing.query.tokens import QueryTokens
 from sharing.skipping import limit_length, select_files
+from sharing.slices import visible_figures, visible_rows, within
 from sharing.tables import ResolvedSnapshot, TableService
 
 
@@ -191,11 +192,13 @@ def _selection_key(
     start: int,
     size: int | None,
 ) -> tuple[object, ...]:
-    """Everything a selection depends on: the table (as configured) and its version, the
+    """Everything a selection depends on: the table (as configured), the recipient's bound
+    partition filter (not the recipient: equal slices share entries) and its version, the
     response format and id scheme, time travel, and the request's hints and page."""
     shared, request = inputs.shared, inputs.request
     return (
         shared.full_name,
+        shared.slice_key,
         shared.config.location,
         shared.config.storage,
         shared.config.history_shared,
@@ -226,9 +229,13 @@ def _select(
     """The head lines and the files of this response (of this page when `size` is set);
     a small selection also gets the templates of its lines."""
     shared, request = inputs.shared, inputs.request
-    check_parquet_readable(response_format, snapshot.files)
+    # The recipient's slice first (sharing.slices): the figures of the head lines, the
+    # readability check and everything below see only its files.
+    visible = visible_rows(snapshot.files, snapshot.metadata, shared.partition_filter)
+    check_parquet_readable(response_format, _visible_part(snapshot.files, visible))
     writer = writer_for(response_format)
-    head = writer.head_lines(table_head(snapshot, shared.config.history_shared))
+    figures = visible_figures(snapshot.files, visible)
+    head = writer.head_lines(table_head(snapshot, shared.config.history_shared, figures))
     # File ids are hashed once per snapshot (cached) and travel with the rows from here.
     files = with_file_ids(snapshot.files, context.id_scheme)
     # The files to send are kept as indices into the snapshot's own table (its buffers key
@@ -241,6 +248,7 @@ def _select(
         evaluate_json=hints.evaluate_json,
         evaluate_sql=hints.evaluate_sql,
     )
+    rows = within(rows, visible)
     if size is not None:
         # Pages index into the file list, so its order must not depend on how the snapshot
         # was built (incrementally in this process, or from a checkpoint in another one).
@@ -282,6 +290,13 @@ def _select(
     return Selection(head, copied, None, next_index, selected.num_rows)
 
 
+def _visible_part(files: pa.Table, visible: pa.Array | None) -> pa.Table:
+    """The columns the parquet check reads, of the visible files only."""
+    if visible is None:
+        return files
+    return files.select(["deletionVector"]).take(visible)
+
+
 def _pinned(inputs: QueryInputs, tokens: QueryTokens) -> PinnedVersion | None:
     request = inputs.request
     if request.page_token is not None:
@@ -311,5 +326,9 @@ def plan_metadata(
     """Protocol and metadata of the latest snapshot, or of `version` / `timestamp`."""
     snapshot = tables.resolve(shared, version=version, timestamp=timestamp).snapshot
     chosen = capabilities.choose_format(caps, snapshot.protocol, snapshot.metadata)
-    head = writer_for(chosen).head_lines(table_head(snapshot, shared.config.history_shared))
+    visible = visible_rows(snapshot.files, snapshot.metadata, shared.partition_filter)
+    figures = visible_figures(snapshot.files, visible)
+    head = writer_for(chosen).head_lines(
+        table_head(snapshot, shared.config.history_shared, figures)
+    )
     return MetadataResponse(snapshot.version, chosen, head)

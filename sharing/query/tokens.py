@@ -2,8 +2,9 @@
 
 Both pin the snapshot version chosen by the first request, so later pages and URL refreshes
 see the same files even when the table moves on. Tokens are signed (sharing.tokens) and
-bound to the table's configured id; a page token also carries a checksum of the query
-parameters, which must not change between pages. `QueryTokens.encode_page` and
+bound to the table's configured id, the recipient and its bound partition filter
+(sharing.slices); a page token also carries a checksum of the query parameters, which must
+not change between pages. `QueryTokens.encode_page` and
 `decode_page` make and check every kind of page token (snapshot, streaming, and change
 data feed queries, each with its own pinned integers and parameters).
 """
@@ -69,7 +70,12 @@ class QueryTokens:
     ) -> str:
         """A page token of `kind` for `shared`: the `pinned` integers, and a checksum of the
         `parameters` that must not change between pages."""
-        payload = {"t": shared.config.id, "c": checksum(parameters), "p": dict(pinned)}
+        payload = {
+            "t": shared.config.id,
+            "c": checksum(parameters),
+            "p": dict(pinned),
+            **_holder(shared),
+        }
         return self._codec.encode(kind, payload, _now_ms() + self._page_ttl_ms)
 
     def decode_page(
@@ -96,6 +102,7 @@ class QueryTokens:
             raise InvalidParameter(
                 "The table specified in the page token does not match the table being queried."
             )
+        _check_holder(payload, shared, "page")
         if payload.get("c") != checksum(parameters):
             raise InvalidParameter(
                 "Query parameter mismatch detected for the next page query. The query parameter\n"
@@ -141,7 +148,7 @@ class QueryTokens:
         return StreamPosition(start, end, commit, index)
 
     def refresh_token(self, shared: SharedTable, version: int) -> str:
-        payload = {"t": shared.config.id, "v": version}
+        payload = {"t": shared.config.id, "v": version, **_holder(shared)}
         return self._codec.encode(REFRESH_KIND, payload, _now_ms() + self._refresh_ttl_ms)
 
     def read_refresh_token(self, shared: SharedTable, token: str) -> PinnedVersion:
@@ -157,10 +164,30 @@ class QueryTokens:
             raise InvalidParameter(
                 "The table specified in the refresh token does not match the table being queried."
             )
+        _check_holder(payload, shared, "refresh")
         version = payload.get("v")
         if not isinstance(version, int):
             raise InvalidParameter(f"Error decoding refresh token: {token}.")
         return PinnedVersion(version)
+
+
+def _holder(shared: SharedTable) -> dict[str, str]:
+    """Whose token it is: the recipient and its bound partition filter (sharing.slices),
+    so a token never resumes another recipient's slice, nor a slice the recipient's
+    properties no longer give it."""
+    return {"r": shared.recipient or "", "f": shared.slice_key}
+
+
+def _check_holder(payload: Mapping[str, object], shared: SharedTable, kind: str) -> None:
+    if payload.get("r", "") != (shared.recipient or ""):
+        raise InvalidParameter(
+            f"The {kind} token was issued to another recipient. Please restart the query."
+        )
+    if payload.get("f", "") != shared.slice_key:
+        raise InvalidParameter(
+            f"The {kind} token was issued for another slice of the table (the recipient's "
+            "properties changed). Please restart the query."
+        )
 
 
 class ChangeTokens(QueryTokens):

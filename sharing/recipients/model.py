@@ -7,7 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sharing.recipients.names import ALL_SHARES, ANONYMOUS_RECIPIENT, IpNetwork, address_in
+from sharing.recipients.names import (
+    ALL_SHARES,
+    ANONYMOUS_RECIPIENT,
+    IpNetwork,
+    Properties,
+    address_in,
+)
 from sharing.store.clock import now_ms
 
 __all__ = [
@@ -48,6 +54,7 @@ class Recipient:
     enabled: bool = True
     source: RecipientSource = RecipientSource.STORE
     created_at: int = 0
+    properties: Properties = ()  # sorted (key, value) pairs: current_recipient('key')
 
     @property
     def all_shares(self) -> bool:
@@ -96,12 +103,14 @@ class Credential:
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request is served as: the recipient, the credential presented, and the shares
-    it may see. The anonymous principal (no authorization configured) sees every share."""
+    """Who a request is served as: the recipient, the credential presented, the shares it
+    may see, and its properties (bound into partition filters: sharing.slices). The
+    anonymous principal (no authorization configured) sees every share."""
 
     recipient: str
     credential_id: str | None
     shares: frozenset[str]
+    properties: Properties = ()
 
     def may_see(self, share: str) -> bool:
         return ALL_SHARES in self.shares or share.lower() in self.shares

@@ -12,16 +12,23 @@ __all__ = [
     "ALL_SHARES",
     "ANONYMOUS_RECIPIENT",
     "BEARER_TOKEN_RECIPIENT",
+    "MAX_PROPERTIES",
+    "MAX_PROPERTY_VALUE_BYTES",
     "RESERVED_NAMES",
     "InvalidValue",
     "IpNetwork",
+    "Properties",
     "address_in",
     "is_recipient_name",
     "parse_address",
     "parse_duration",
     "parse_instant",
     "parse_networks",
+    "property_assignment",
+    "property_key",
+    "property_value",
     "recipient_name",
+    "recipient_properties",
 ]
 
 ALL_SHARES = "*"
@@ -105,6 +112,58 @@ def parse_networks(values: tuple[str, ...] | list[str]) -> tuple[IpNetwork, ...]
                 f"invalid IP network {value[:60]!r}: use a CIDR such as 10.0.0.0/8"
             ) from None
     return tuple(networks)
+
+
+# -- recipient properties -----------------------------------------------------------------
+
+MAX_PROPERTIES = 64
+MAX_PROPERTY_VALUE_BYTES = 1024
+_PROPERTY_KEY = re.compile(r"[A-Za-z0-9_.-]{1,255}")
+
+Properties = tuple[tuple[str, str], ...]
+"""A recipient's properties: (key, value) pairs sorted by key, hashable for cache keys."""
+
+
+def property_key(value: str) -> str:
+    """A property key as written (keys are case-sensitive), or InvalidValue."""
+    key = value.strip()
+    if not _PROPERTY_KEY.fullmatch(key):
+        raise InvalidValue(
+            f"invalid property key {value[:80]!r}: use 1 to 255 letters, digits, '_', '.' or '-'"
+        )
+    return key
+
+
+def property_value(key: str, value: object) -> str:
+    """A property value: a string of at most 1 KiB (UTF-8), or InvalidValue."""
+    if not isinstance(value, str):
+        raise InvalidValue(f"property {key!r}: the value must be a string")
+    if len(value.encode("utf-8")) > MAX_PROPERTY_VALUE_BYTES:
+        raise InvalidValue(
+            f"property {key!r}: the value is longer than {MAX_PROPERTY_VALUE_BYTES} bytes"
+        )
+    return value
+
+
+def recipient_properties(pairs: object) -> Properties:
+    """Checked, sorted properties from a mapping (or pairs); at most MAX_PROPERTIES."""
+    items = pairs.items() if isinstance(pairs, dict) else pairs
+    checked: dict[str, str] = {}
+    for key, value in items:  # type: ignore[attr-defined]
+        name = property_key(str(key))
+        checked[name] = property_value(name, value)
+    if len(checked) > MAX_PROPERTIES:
+        raise InvalidValue(f"a recipient has at most {MAX_PROPERTIES} properties")
+    return tuple(sorted(checked.items()))
+
+
+def property_assignment(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` from the command line (the value may contain '=')."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise InvalidValue(f"expected KEY=VALUE, got {text[:80]!r}")
+    name = property_key(key)
+    return name, property_value(name, value)
 
 
 def parse_address(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

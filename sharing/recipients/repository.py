@@ -6,13 +6,15 @@ cached view within its cache period). Validation that needs the server's configu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, RowMapping, and_, delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from sharing.errors import InvalidParameter, ResourceNotFound, SharingError
+from sharing.recipients.audit import AuditEvent
 from sharing.recipients.hashing import (
     hash_password,
     hash_token,
@@ -25,8 +27,11 @@ from sharing.recipients.names import (
     ALL_SHARES,
     InvalidValue,
     IpNetwork,
+    Properties,
     parse_networks,
+    property_key,
     recipient_name,
+    recipient_properties,
 )
 from sharing.recipients.oauth.public_keys import InvalidPublicKey, registered_key
 from sharing.store import Store
@@ -104,6 +109,17 @@ class RecipientRepository:
             )
             return [_to_credential(row) for row in rows.mappings()]
 
+    def credential_by_id(self, credential_id: str) -> Credential | None:
+        """A credential's row alone: one primary-key read, the same work whether the id
+        exists or not (a refused token costs this; see RecipientDirectory._store_token)."""
+        with self.store.read() as connection:
+            row = (
+                connection.execute(select(t.credentials).where(t.credentials.c.id == credential_id))
+                .mappings()
+                .first()
+            )
+        return None if row is None else _to_credential(row)
+
     def find_credential(self, credential_id: str) -> tuple[Credential, Recipient] | None:
         """A credential by id with its recipient (one round trip for the row, one for grants)."""
         with self.store.read() as connection:
@@ -145,10 +161,12 @@ class RecipientRepository:
         comment: str = "",
         public_key: str | None = None,
         key_id: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> tuple[Recipient, IssuedCredential | None]:
-        """A new recipient with its grants and (unless `credential_type` is None) a first
-        credential, in one transaction."""
+        """A new recipient with its grants, properties and (unless `credential_type` is
+        None) a first credential, in one transaction."""
         canonical = _name(name)
+        checked = _checked_properties(properties or {})
         if canonical in self._reserved:
             raise AlreadyExists(f"recipient '{canonical}' is defined in the configuration")
         granted = self._checked_shares(shares)
@@ -167,6 +185,7 @@ class RecipientRepository:
                         ip_allow_list=" ".join(str(n) for n in networks),
                         created_at=now,
                         updated_at=now,
+                        properties=_properties_text(checked),
                     )
                 )
                 _insert_grants(connection, canonical, granted, now)
@@ -297,12 +316,67 @@ class RecipientRepository:
             Store.bump(connection, COUNTER)
         return issued
 
+    def set_properties(
+        self, name: str, properties: Mapping[str, str], *, actor: str = "cli"
+    ) -> Recipient:
+        """Set (add or replace) properties; the others are kept. Every process binds the
+        new values into partition filters within its cache period. Audited, with `actor`
+        (who made the change: "cli", "admin") as the record's client."""
+        return self._change_properties(
+            name, lambda have: {**have, **properties}, "setRecipientProperties", actor
+        )
+
+    def unset_properties(self, name: str, keys: Iterable[str], *, actor: str = "cli") -> Recipient:
+        """Remove properties (an absent key is not an error); audited like `set_properties`."""
+        gone = {property_key_or_error(k) for k in keys}
+        return self._change_properties(
+            name,
+            lambda have: {k: v for k, v in have.items() if k not in gone},
+            "unsetRecipientProperties",
+            actor,
+        )
+
+    def _change_properties(
+        self,
+        name: str,
+        change: Callable[[dict[str, str]], Mapping[str, str]],
+        operation: str,
+        actor: str,
+    ) -> Recipient:
+        with self.store.write() as connection:
+            canonical = self._existing(connection, name)
+            current = connection.scalar(
+                select(t.recipients.c.properties).where(t.recipients.c.name == canonical)
+            )
+            wanted = _checked_properties(change(dict(_properties_of(current))))
+            connection.execute(
+                update(t.recipients)
+                .where(t.recipients.c.name == canonical)
+                .values(properties=_properties_text(wanted))
+            )
+            _touch_recipient(connection, canonical)
+            # The record names the recipient changed (what it may see changes with it).
+            event = AuditEvent(
+                at=now_ms(), operation=operation, status=200, recipient=canonical, client=actor
+            )
+            connection.execute(insert(t.audit_events).values(**event.to_row()))
+            recipient = _recipient(connection, canonical)
+        assert recipient is not None
+        return recipient
+
     def set_enabled(self, name: str, enabled: bool) -> Recipient:
         with self.store.write() as connection:
             canonical = self._existing(connection, name)
             connection.execute(
                 update(t.recipients).where(t.recipients.c.name == canonical).values(enabled=enabled)
             )
+            if not enabled:  # its unopened activation links die with it (enable: make anew)
+                links = t.activation_links
+                connection.execute(
+                    delete(links).where(
+                        and_(links.c.recipient == canonical, links.c.used_at.is_(None))
+                    )
+                )
             _touch_recipient(connection, canonical)
             recipient = _recipient(connection, canonical)
         assert recipient is not None
@@ -350,12 +424,22 @@ class RecipientRepository:
             raise ResourceNotFound(f"recipient '{canonical}' not found")
         return canonical
 
+    def set_known_shares(self, names: Iterable[str]) -> None:
+        """The configuration file's shares (after a reload)."""
+        self._known = {s.lower() for s in names}
+
     def _checked_shares(self, shares: Iterable[str]) -> list[str]:
         granted: list[str] = []
+        known = self._known
+        if known is not None:  # the file's shares, and the store's (sharing.shares)
+            with self.store.read() as connection:
+                known = known | set(connection.scalars(select(t.catalog_shares.c.name)))
         for share in shares:
             key = share.strip().lower()
-            if key != ALL_SHARES and self._known is not None and key not in self._known:
-                raise InvalidParameter(f"unknown share '{share[:80]}': no such share is configured")
+            if key != ALL_SHARES and known is not None and key not in known:
+                raise InvalidParameter(
+                    f"unknown share '{share[:80]}': no such share is configured or in the store"
+                )
             if not key:
                 raise InvalidParameter("empty share name")
             if key not in granted:
@@ -366,6 +450,20 @@ class RecipientRepository:
 def _name(name: str) -> str:
     try:
         return recipient_name(name)
+    except InvalidValue as exc:
+        raise InvalidParameter(str(exc)) from None
+
+
+def _checked_properties(properties: Mapping[str, str]) -> Properties:
+    try:
+        return recipient_properties(dict(properties))
+    except InvalidValue as exc:
+        raise InvalidParameter(str(exc)) from None
+
+
+def property_key_or_error(key: str) -> str:
+    try:
+        return property_key(key)
     except InvalidValue as exc:
         raise InvalidParameter(str(exc)) from None
 
@@ -465,6 +563,7 @@ def _to_recipient(row: RowMapping, shares: Iterable[str]) -> Recipient:
     return Recipient(
         name=row["name"],
         shares=frozenset(shares),
+        properties=_properties_of(row["properties"]),
         expires_at=row["expires_at"],
         ip_allow_list=parse_networks(cidrs),
         comment=row["comment"] or "",
@@ -472,6 +571,16 @@ def _to_recipient(row: RowMapping, shares: Iterable[str]) -> Recipient:
         source=RecipientSource.STORE,
         created_at=row["created_at"],
     )
+
+
+def _properties_of(text: str | None) -> Properties:
+    if not text:
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in json.loads(text).items()))
+
+
+def _properties_text(properties: Properties) -> str | None:
+    return json.dumps(dict(properties), sort_keys=True) if properties else None
 
 
 def _to_credential(row: RowMapping) -> Credential:

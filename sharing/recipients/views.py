@@ -46,6 +46,7 @@ def recipient_json(
         "comment": recipient.comment,
         "source": recipient.source.value,
         "created": iso_time(recipient.created_at) if recipient.created_at else None,
+        "properties": dict(recipient.properties),
     }
     if credentials is not None:
         now = now_ms()

@@ -14,6 +14,7 @@ from sharing.skipping.evaluate import (
     file_mask,
     filter_files,
     limit_length,
+    partition_filter_mask,
     select_files,
 )
 from sharing.skipping.json_predicate import PredicateTooLarge, parse_json_predicate
@@ -30,5 +31,6 @@ __all__ = [
     "limit_length",
     "parse_json_predicate",
     "parse_sql_predicate",
+    "partition_filter_mask",
     "select_files",
 ]

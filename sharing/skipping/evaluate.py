@@ -210,6 +210,23 @@ def file_mask(
     return may_true
 
 
+def partition_filter_mask(files: pa.Table, metadata: Metadata, predicate: Expr) -> Mask:
+    """Per file: is `predicate` (on partition columns) TRUE for its partition values?
+
+    The opposite stance to hints: a file is kept only when the predicate is known to be
+    TRUE. A partition value is exact, so each comparison is exactly TRUE, FALSE or NULL
+    per file; a comparison that cannot be decided (a NULL literal such as an unbound
+    property, a value that cannot be read as the column's type, a column that is not a
+    partition column) is taken as NULL, which under SQL's three-valued logic can make
+    the whole predicate TRUE only when it would be TRUE whatever that comparison were.
+    Errors propagate: the caller must not serve files it could not judge."""
+    if files.num_rows == 0:
+        return False
+    evaluator = _ExactEvaluator(files, Resolver(metadata), None, data_columns=False)
+    may_true, _ = evaluator.evaluate(predicate, want_false=True)
+    return may_true
+
+
 # Parse statistics only for the partition-selected files when those are at most this share
 # of the table and the statistics are not cached yet.
 CANDIDATE_SHARE = 0.25
@@ -553,3 +570,26 @@ def _any(masks: list[Mask]) -> Mask:
     for mask in masks:
         out = _or(out, mask)
     return out
+
+
+class _ExactEvaluator(_Evaluator):
+    """Three-valued evaluation where every leaf is exact per file: TRUE (True, False),
+    FALSE (False, True) or NULL (False, False). A leaf the bounds cannot decide (both
+    masks set) becomes NULL; AND, OR and NOT then keep every node exact (Kleene logic),
+    so `may_true` of the root is exactly "the predicate is TRUE"."""
+
+    def evaluate(self, node: Expr, *, want_false: bool = True) -> Masks:
+        if isinstance(node, Compare | IsNull | Unknown):
+            if isinstance(node, Compare):
+                masks = self.compare(node, want_false=True)
+            elif isinstance(node, IsNull):
+                masks = self.is_null(node)
+            else:
+                masks = UNKNOWN
+            may_true, may_false = masks
+            return _and(may_true, _not(may_false)), _and(may_false, _not(may_true))
+        return super().evaluate(node, want_false=True)
+
+
+def _not(mask: Mask) -> Mask:
+    return (not mask) if isinstance(mask, bool) else pc.invert(mask)

@@ -21,6 +21,10 @@ STRING = "string"
 DATE = "date"
 TIMESTAMP = "timestamp"
 NULL = "null"
+# A placeholder for `current_recipient('key')` in a partition filter (value: the key); it
+# is replaced by the recipient's value before evaluation (sharing.slices.bind), and an
+# unbound one compares with nothing.
+PROPERTY = "property"
 
 # Comparison operators, column on the left after normalisation.
 EQ, LT, LE, GT, GE = "eq", "lt", "le", "gt", "ge"

@@ -30,6 +30,7 @@ from sharing.skipping.expr import (
     LE,
     LT,
     NULL,
+    PROPERTY,
     STRING,
     TIMESTAMP,
     And,
@@ -87,6 +88,15 @@ class _Token:
     kind: str  # number | ident | quoted | string | op | punct | end
     text: str
     value: object = None
+
+
+def parse_filter_predicate(text: str) -> Expr:
+    """A provider's partition filter: the same SQL, plus `current_recipient('key')` as an
+    operand (a PROPERTY placeholder literal). Raises SqlHintError when it does not parse:
+    unlike a hint, a filter is never skipped."""
+    if len(text) > MAX_SQL_CHARS:
+        raise SqlHintError(f"longer than {MAX_SQL_CHARS} characters")
+    return _Parser(_tokenize(text), recipient_properties=True).parse()
 
 
 def parse_sql_predicate(text: str) -> Expr | None:
@@ -153,7 +163,8 @@ def _unescape(body: str) -> str:
 class _Parser:
     """Recursive descent over the token list: or > and > not > predicate."""
 
-    def __init__(self, tokens: list[_Token]) -> None:
+    def __init__(self, tokens: list[_Token], *, recipient_properties: bool = False) -> None:
+        self.recipient_properties = recipient_properties
         self.tokens = tokens
         self.pos = 0
         self.depth = 0
@@ -230,6 +241,8 @@ class _Parser:
         if token.kind == "op":
             self.take()
             right = self.operand()
+            if token.text == "<=>" and PROPERTY in (_kind(left), _kind(right)):
+                raise SqlHintError("<=> with current_recipient() is not supported")
             return _comparison(token.text, left, right)
         if self.accept_keyword("is"):
             negated = self.accept_keyword("not")
@@ -278,6 +291,8 @@ class _Parser:
                 return _typed(word, str(self.take().value))
             if word == "null":
                 return Literal(NULL, None)
+            if word == "current_recipient" and self.peek().text == "(":
+                return self.recipient_property()
             if word in ("true", "false"):
                 return Literal(BOOL, word == "true")
             if word in _KEYWORDS:
@@ -286,6 +301,17 @@ class _Parser:
         if token.kind == "quoted":
             return self.name(str(token.value))
         raise SqlHintError(f"expected a column or a literal, found {token.text or 'the end'!r}")
+
+    def recipient_property(self) -> Literal:
+        """`current_recipient('key')` (after the name): a property of the recipient."""
+        if not self.recipient_properties:
+            raise SqlHintError("current_recipient() is allowed in partition filters only")
+        self.expect("punct", "(")
+        key = self.take()
+        if key.kind != "string":
+            raise SqlHintError("current_recipient() takes a property name in quotes")
+        self.expect("punct", ")")
+        return Literal(PROPERTY, str(key.value))
 
     def name(self, first: str) -> Column:
         parts = [first]
@@ -299,6 +325,10 @@ class _Parser:
             else:
                 raise SqlHintError("expected a field name after '.'")
         return Column(tuple(parts))
+
+
+def _kind(operand: Column | Literal) -> str | None:
+    return operand.kind if isinstance(operand, Literal) else None
 
 
 def _comparison(op: str, left: Column | Literal, right: Column | Literal) -> Expr:

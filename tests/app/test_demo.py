@@ -147,8 +147,17 @@ def test_config_shares_the_tables_with_secrets(built: Path) -> None:
     [schema] = share["schemas"]
     assert (share["name"], schema["name"]) == ("demo", "sales")
     assert {t["name"]: t["location"] for t in schema["tables"]} == {
-        name: str(built.resolve() / "tables" / name) for name in demo.TABLES
+        **{name: str(built.resolve() / "tables" / name) for name in demo.TABLES},
+        demo.FILTERED_TABLE: str(built.resolve() / "tables" / "orders"),
     }
+    filtered = next(t for t in schema["tables"] if t["name"] == demo.FILTERED_TABLE)
+    assert filtered["partitionFilter"] == "region = current_recipient('region')"
+    partners = {r["name"]: r for r in config["recipients"]}
+    assert {name: r["properties"] for name, r in partners.items()} == {
+        "north-partner": {"region": "north"},
+        "south-partner": {"region": "south"},
+    }
+    assert all(len(r["credentials"][0]["token"]) >= 32 for r in partners.values())
     assert all(t["historyShared"] is True for t in schema["tables"])
     assert len(config["authorization"]["bearerToken"]) >= 32
     assert len(config["signingSecret"]) >= 32
@@ -234,8 +243,30 @@ def test_client_lists_the_demo_tables(served: Any) -> None:
 
     tables = delta_sharing.SharingClient(str(served.profile_path)).list_all_tables()
     assert sorted((t.share, t.schema, t.name) for t in tables) == [
-        ("demo", "sales", name) for name in sorted(demo.TABLES)
+        ("demo", "sales", name) for name in sorted([*demo.TABLES, demo.FILTERED_TABLE])
     ]
+
+
+@pytest.mark.slow
+def test_partners_read_their_own_slice_of_one_table(served: Any, built: Path) -> None:
+    """The two demo partners' profiles (as `lakeshare serve` writes them) read the same
+    table name and each gets the orders of its region only; the demo's own recipient has
+    no `region` property and gets no row."""
+    import delta_sharing
+
+    from app.cli import _write_partner_profiles
+
+    written = dict(_write_partner_profiles(served.config, built, served.base_url + "/"))
+    assert set(written) == {"north-partner", "south-partner"}
+    everything = delta_sharing.load_as_pandas(_url(served, "orders"))
+    for name, region in demo.PARTNERS:
+        url = f"{written[name]}#demo.sales.{demo.FILTERED_TABLE}"
+        frame = delta_sharing.load_as_pandas(url)
+        assert set(frame["region"]) == {region}
+        assert sorted(frame["order_id"]) == sorted(
+            everything[everything["region"] == region]["order_id"]
+        )
+    assert len(delta_sharing.load_as_pandas(_url(served, demo.FILTERED_TABLE))) == 0
 
 
 @pytest.mark.slow

@@ -207,3 +207,43 @@ def test_serve_refuses_a_non_loopback_address_without_authorization(tmp_path: Pa
             cwd=REPO_ROOT,
         )
     assert result.returncode == 1 and "cannot listen" in result.stderr
+
+
+def test_admin_api_sets_and_unsets_properties_that_the_audit_records(
+    server: RunningServer,
+) -> None:
+    created = httpx.post(
+        _admin_url(server, "/recipients"),
+        headers=ADMIN,
+        json={"name": "acme", "shares": ["sales"], "properties": {"region": "eu"}},
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["recipient"]["properties"] == {"region": "eu"}
+    changed = httpx.post(
+        _admin_url(server, "/recipients/acme/properties"),
+        headers=ADMIN,
+        json={"properties": {"tier": "gold", "region": "us"}},
+    )
+    assert changed.json()["properties"] == {"region": "us", "tier": "gold"}
+    removed = httpx.delete(_admin_url(server, "/recipients/acme/properties/tier"), headers=ADMIN)
+    assert removed.json()["properties"] == {"region": "us"}
+    shown = httpx.get(_admin_url(server, "/recipients/acme"), headers=ADMIN).json()
+    assert shown["properties"] == {"region": "us"}
+    bad = httpx.post(
+        _admin_url(server, "/recipients/acme/properties"),
+        headers=ADMIN,
+        json={"properties": {"no spaces": "x"}},
+    )
+    assert bad.status_code == 400
+    assert bad.json()["errorCode"] == "INVALID_PARAMETER_VALUE"
+    assert "invalid property key" in bad.json()["message"]
+    events = httpx.get(_admin_url(server, "/audit"), headers=ADMIN).json()["items"]
+    changes = [
+        (e["operation"], e.get("recipient"), e.get("client"))
+        for e in events
+        if e["operation"].endswith("RecipientProperties")
+    ]
+    assert changes == [
+        ("setRecipientProperties", "acme", "admin"),
+        ("unsetRecipientProperties", "acme", "admin"),
+    ]
