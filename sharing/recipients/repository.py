@@ -424,12 +424,22 @@ class RecipientRepository:
             raise ResourceNotFound(f"recipient '{canonical}' not found")
         return canonical
 
+    def set_known_shares(self, names: Iterable[str]) -> None:
+        """The configuration file's shares (after a reload)."""
+        self._known = {s.lower() for s in names}
+
     def _checked_shares(self, shares: Iterable[str]) -> list[str]:
         granted: list[str] = []
+        known = self._known
+        if known is not None:  # the file's shares, and the store's (sharing.shares)
+            with self.store.read() as connection:
+                known = known | set(connection.scalars(select(t.catalog_shares.c.name)))
         for share in shares:
             key = share.strip().lower()
-            if key != ALL_SHARES and self._known is not None and key not in self._known:
-                raise InvalidParameter(f"unknown share '{share[:80]}': no such share is configured")
+            if key != ALL_SHARES and known is not None and key not in known:
+                raise InvalidParameter(
+                    f"unknown share '{share[:80]}': no such share is configured or in the store"
+                )
             if not key:
                 raise InvalidParameter("empty share name")
             if key not in granted:

@@ -101,10 +101,10 @@ def test_an_idempotency_key_belongs_to_its_recipient(store: Store) -> None:
     assert again.query_id == "q-globex"
 
 
-def test_migration_0008_gives_queries_owners(store_url: str) -> None:
+def test_migration_0009_gives_queries_owners(store_url: str) -> None:
     engine = make_engine(store_url)
-    assert "0003_async_queries" in migrate(engine, MIGRATIONS[:7])
-    with engine.begin() as connection:  # the table as releases before 0008 made it
+    assert "0003_async_queries" in migrate(engine, MIGRATIONS[:8])
+    with engine.begin() as connection:  # the table as releases before 0009 made it
         connection.execute(text("DROP TABLE async_queries"))
         connection.execute(
             text(
@@ -122,7 +122,7 @@ def test_migration_0008_gives_queries_owners(store_url: str) -> None:
                 "1, 'pending', NULL, NULL)"
             )
         )
-    assert migrate(engine) == ["0008_async_query_owners"]
+    assert migrate(engine) == ["0009_async_query_owners"]
     engine.dispose()
     store = open_store(store_url)
     try:
