@@ -86,5 +86,5 @@ def catalog_for(request: Request) -> Catalog:
     catalog: Catalog | None = getattr(request.state, "catalog", None)
     if catalog is not None:
         return catalog
-    whole: Catalog = request.app.state.catalog
+    whole: Catalog = request.app.state.catalog.current()
     return whole

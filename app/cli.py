@@ -21,6 +21,7 @@ from typing import Any
 from starlette.types import ASGIApp
 
 from app.cli_recipients import add_recipient_commands, anonymous_refusal
+from app.cli_shares import add_share_commands
 from app.logs import configure_logging
 from app.terminal import stdout_gone
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=_check)
     add_recipient_commands(commands)
+    add_share_commands(commands)
     return parser
 
 
@@ -173,6 +175,8 @@ def _serve(args: argparse.Namespace) -> int:
         app = create_app(config)  # before announcing anything: a broken app must not look up
     except StoreError as exc:
         return _fail(str(exc))
+    except ConfigError as exc:  # e.g. a share name both in the file and in the store
+        return _fail(f"invalid configuration: {exc}", 2)
 
     host = args.host if args.host is not None else config.host
     port = args.port if args.port is not None else config.port

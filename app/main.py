@@ -31,7 +31,7 @@ from app.routes import (
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
 from app.routing import ProtocolApp, authenticated_routes
-from sharing.catalog import Catalog
+from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
@@ -39,6 +39,9 @@ from sharing.query.planner import Planner
 from sharing.recipients.audit import RefusalBudget
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
+from sharing.shares.admin import ShareAdmin
+from sharing.shares.live import LiveCatalog, RemovedListener
+from sharing.shares.repository import ShareRepository
 from sharing.skipping.warm import StatsWarmer
 from sharing.store.async_queries import StoreQueryStore
 from sharing.tables import TableService, snapshot_store_for
@@ -59,9 +62,23 @@ async def _redact_path_in_logs(request: Request) -> None:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    app.state.catalog.start()  # the store's shares, checked every store.cacheSeconds
     yield
+    app.state.catalog.stop()
     app.state.recipients.close()  # writes buffered audit records and last-used times
     app.state.password_checks.shutdown(wait=False, cancel_futures=True)
+
+
+def _forget_removed(tables: TableService, planner: Planner) -> RemovedListener:
+    """Tables no longer served leave no cache behind: log readers and snapshots, parsed
+    stats, small-response selections."""
+
+    def forget(removed: list[SharedTable], catalog: Catalog) -> None:
+        tables.forget(removed, catalog.tables())
+        for shared in removed:
+            planner.selections.forget(shared.full_name)
+
+    return forget
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -76,8 +93,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     tokens = TokenCodec(config.signing_secret)
     app.state.config = config
     app.state.tokens = tokens
-    app.state.catalog = Catalog(config, tokens)
     app.state.recipients = open_recipients(config)
+    store = app.state.recipients.store
+    # The file's shares and the store's, as one catalog (sharing.shares.live).
+    app.state.catalog = LiveCatalog(
+        config,
+        tokens,
+        ShareRepository(store) if store is not None else None,
+        cache_seconds=config.store.cache_seconds,
+    )
     # Basic logins that hash a password run here (app.auth): as many threads as hashes
     # may run at once (sharing.recipients.basic_logins).
     app.state.password_checks = ThreadPoolExecutor(
@@ -95,6 +119,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         snapshot_store=snapshot_store_for(config),
     )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
+    app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
     recipients_store = app.state.recipients.store
@@ -138,7 +163,12 @@ def create_app(config: ServerConfig) -> FastAPI:
         prefix + OPENAPI_PATH, serve_openapi, methods=["GET"], include_in_schema=False
     )
 
-    admin_app = build_admin_app(config, app.state.recipients)
+    app.state.shares = (
+        ShareAdmin(app.state.catalog.repository, lambda: app.state.catalog.config, app.state.tables)
+        if app.state.catalog.repository is not None
+        else None
+    )
+    admin_app = build_admin_app(config, app.state.recipients, app.state.shares)
     if admin_app is not None:
         app.mount(config.admin.prefix if config.admin else "/admin", admin_app)
 

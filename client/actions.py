@@ -21,10 +21,20 @@ INSERT = "insert"
 DELETE = "delete"
 
 # Reader features this client can read in delta format (the capabilities header's names),
-# and the Delta protocol reader features they cover.
-READER_FEATURES = ("deletionvectors", "columnmapping", "timestampntz")
+# and the Delta protocol reader features they cover. Variants are read as they are stored
+# (a struct of `value` and `metadata` binaries), which is what Spark's VariantType takes;
+# shredded variants (`variantShredding`) are not.
+READER_FEATURES = ("deletionvectors", "columnmapping", "timestampntz", "varianttype")
 READABLE_DELTA_FEATURES = frozenset(
-    {"deletionVectors", "columnMapping", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+    {
+        "deletionVectors",
+        "columnMapping",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "variantType",
+        "variantType-preview",
+    }
 )
 MAX_READER_VERSION = 3
 

@@ -89,13 +89,18 @@ class Catalog:
         config: ServerConfig,
         tokens: TokenCodec | None = None,
         *,
+        shares: tuple[ShareConfig, ...] | None = None,
         visible: frozenset[str] | None = None,
         viewer: Viewer | None = None,
     ) -> None:
+        """`shares` (default: the configuration's) is the whole catalog: a live catalog
+        (sharing.shares.live) passes the file's and the store's together."""
         self._config = config
         self._viewer = viewer
         self._bound: dict[str, BoundFilter] = {}
-        shares = config.shares
+        if shares is None:
+            shares = config.shares
+        self._all = shares
         if visible is not None:
             shares = tuple(share for share in shares if share.name.lower() in visible)
         self._shares: tuple[ShareConfig, ...] = shares
@@ -114,7 +119,9 @@ class Catalog:
             if len(self._views) >= _MAX_VIEWS:
                 self._views.clear()
             visible = None if "*" in shares else shares
-            view = Catalog(self._config, self._tokens, visible=visible, viewer=viewer)
+            view = Catalog(
+                self._config, self._tokens, shares=self._all, visible=visible, viewer=viewer
+            )
             self._views[key] = view
         return view
 
@@ -135,6 +142,15 @@ class Catalog:
     @property
     def shares(self) -> tuple[ShareConfig, ...]:
         return self._shares
+
+    def tables(self) -> list[SharedTable]:
+        """Every table this catalog serves, in listing order."""
+        return [
+            SharedTable(share.name, schema.name, table.name, table)
+            for share in self._shares
+            for schema in share.schemas
+            for table in schema.tables
+        ]
 
     def get_share(self, share: str) -> ShareConfig:
         found = self._by_name.get(share.lower())

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -153,6 +153,25 @@ class TableService:
                 evicted, _ = self._tables.popitem(last=False)
                 self._latest.pop(evicted, None)
         return table
+
+    def forget(self, removed: Iterable[SharedTable], served: Iterable[SharedTable]) -> int:
+        """Drop the log readers and snapshots of `removed` tables (no longer in the
+        catalog), unless a table still `served` reads the same location with the same
+        options; their parsed stats go too. A request holding a snapshot keeps it to its end.
+        The number of locations dropped."""
+        keep = {_cache_key(shared) for shared in served}
+        dropped: list[tuple[_TableKey, deltalog.Snapshot | None]] = []
+        with self._lock:
+            for shared in removed:
+                key = _cache_key(shared)
+                if key in keep or key not in self._tables:
+                    continue
+                del self._tables[key]
+                dropped.append((key, self._latest.pop(key, None)))
+        if self._warmer is not None:
+            for key, snapshot in dropped:
+                self._warmer.forget(key, snapshot.files if snapshot is not None else None)
+        return len(dropped)
 
     def latest(self, shared: SharedTable) -> deltalog.Snapshot:
         """The latest snapshot; with `stalenessAcceptable`, the one read last time."""

@@ -18,15 +18,18 @@ __all__ = ["router"]
 
 router = APIRouter()
 
+# One answer for every dead link, so that it tells nothing about why.
+_NOT_FOUND = "activation link not found (it may have been used already)"
+
 
 @router.get("/activation/{secret}", include_in_schema=False)
 async def activate(request: Request, secret: str) -> JsonResponse:
     recipients: Recipients = request.app.state.recipients
-    if recipients.store is None:
-        raise ResourceNotFound("activation link not found")
-    redeemed = await run_in_threadpool(redeem, recipients.store, secret)
-    if redeemed is None:
-        raise ResourceNotFound("activation link not found (it may have been used already)")
+    redeemed = None
+    if recipients.store is not None:
+        redeemed = await run_in_threadpool(redeem, recipients.store, secret)
+    if redeemed is None:  # unknown, used, expired, or its recipient disabled/expired/gone
+        raise ResourceNotFound(_NOT_FOUND)
     name, issued = redeemed
     endpoint = served_endpoint(request.app.state.config, str(request.base_url))
     headers = {"Cache-Control": "no-store"}

@@ -1,6 +1,8 @@
 """The admin REST API: the operations of `lakeshare recipients` and `lakeshare audit` over
 HTTP, under `admin.prefix` (default /admin), described at `{prefix}/openapi.json` (and
-browsable at `{prefix}/docs`).
+browsable at `{prefix}/docs`, a Swagger UI page served with its assets by the server:
+`app.swagger_page`). The description declares bearer authentication, so the page's
+"Authorize" dialog takes the admin token.
 
 It is a separate FastAPI application mounted on the server, authenticated by the admin
 token of the configuration (`admin.token` or `admin.tokenHash`) — never by a recipient
@@ -14,13 +16,15 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.audit import attribute_to, refused
 from app.errors import install_error_handlers
 from app.responses import JsonResponse
+from app.swagger_page import install_swagger_page
 from sharing.config import ServerConfig
 from sharing.errors import Forbidden, InvalidParameter
 from sharing.recipients.activation import create_link
@@ -40,6 +44,7 @@ from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
 from sharing.recipients.runtime import Recipients
 from sharing.recipients.views import recipient_json
+from sharing.shares.admin import ShareAdmin, TableRefused
 from sharing.store.clock import now_ms
 
 __all__ = ["build_admin_app"]
@@ -77,8 +82,29 @@ class Properties(BaseModel):
     )
 
 
-class Shares(BaseModel):
+class Grants(BaseModel):
     shares: list[str] = Field(min_length=1)
+
+
+class CreateShare(BaseModel):
+    name: str = Field(description="the share's name (case-insensitive; kept as written)")
+    comment: str = ""
+
+
+class TableEntry(BaseModel):
+    """A table entry: the keys of a configuration file's table (camelCase), apart from
+    `name` (in the path) and inline `storage` options (name a `storageProfile`)."""
+
+    model_config = {"extra": "allow"}
+    location: str = Field(description="table root (the folder holding _delta_log)")
+    force: bool = Field(default=False, description="add it even if the check fails")
+
+
+class TableChanges(BaseModel):
+    """Keys of the table entry to change (null: back to the default); `name` renames."""
+
+    model_config = {"extra": "allow"}
+    force: bool = Field(default=False, description="change it even if the check fails")
 
 
 class Revoke(BaseModel):
@@ -105,14 +131,38 @@ def _repository(request: Request) -> RecipientRepository:
     return repository
 
 
-def _require_admin(request: Request) -> None:
+def _shares(request: Request) -> ShareAdmin:
+    shares: ShareAdmin | None = request.app.state.shares
+    if shares is None:
+        raise Forbidden("managing shares needs a state store, and none could be opened")
+    return shares
+
+
+def _target(request: Request, **names: str) -> None:
+    """Name what a request acts on for its audit record (the path does not always)."""
+    request.scope["path_params"] = {**request.scope.get("path_params", {}), **names}
+
+
+# Declares the scheme in the OpenAPI description (and on every operation); the checks and
+# their errors are ours (auto_error off: no missing or non-bearer header is answered by it).
+_ADMIN_BEARER = HTTPBearer(
+    scheme_name="adminToken",
+    description="The admin token of the configuration (`admin.token`), as "
+    "`Authorization: Bearer <token>`.",
+    auto_error=False,
+)
+
+
+def _require_admin(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_ADMIN_BEARER)],
+) -> None:
     expected: str = request.app.state.admin_token_hash
-    header = request.headers.get("authorization") or ""
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = credentials.credentials.strip() if credentials is not None else ""
+    if not token:
         refused(request, Refusal(Reason.MISSING_CREDENTIALS))
         raise Challenge("Missing admin bearer token in the Authorization header.", _REALM)
-    if not token_matches(token.strip(), expected):
+    if not token_matches(token, expected):
         refused(request, Refusal(Reason.INVALID_CREDENTIALS))
         raise Challenge("The admin token is invalid.", f'{_REALM}, error="invalid_token"')
     attribute_to(request, ADMIN_RECIPIENT, None)  # the audit trail records admin operations
@@ -123,6 +173,7 @@ def _require_admin(request: Request) -> None:
 
 
 Repository = Annotated[RecipientRepository, Depends(_repository)]
+Shares = Annotated[ShareAdmin, Depends(_shares)]
 
 
 def _ms_in(duration: str | None) -> int | None:
@@ -157,26 +208,32 @@ def _warned(answer: dict[str, Any], warning: str) -> dict[str, Any]:
     return {**answer, "warning": warning} if warning else answer
 
 
-def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | None:
+def build_admin_app(
+    config: ServerConfig, recipients: Recipients, shares: ShareAdmin | None = None
+) -> FastAPI | None:
     """The admin application, or None when no admin token is configured."""
     admin = config.admin
     if admin is None or not (admin.token or admin.token_hash):
         return None
     app = FastAPI(
         title="Lakeshare admin API",
-        description="Manage recipients (credentials, grants) and read the audit trail. "
+        description="Manage recipients (credentials, grants) and shares (tables added, "
+        "changed and removed at run time), and read the audit trail. "
         "Authenticate with `Authorization: Bearer <admin token>`.",
-        docs_url="/docs",
+        docs_url=None,  # install_swagger_page below: Swagger UI without a CDN
         redoc_url=None,
         openapi_url="/openapi.json",
         dependencies=[Depends(_require_admin)],
     )
     app.state.config = config
     app.state.recipients = recipients
+    app.state.shares = shares
     app.state.admin_prefix = admin.prefix
     app.state.admin_token_hash = admin.token_hash or hash_token(admin.token or "")
+    install_swagger_page(app, "/docs")
     install_error_handlers(app)
     app.add_exception_handler(InvalidValue, _invalid_value)  # type: ignore[arg-type]
+    app.add_exception_handler(TableRefused, _table_refused)  # type: ignore[arg-type]
 
     @app.get("/recipients", summary="List recipients (configuration and store)")
     def list_recipients(request: Request, repository: Repository) -> JsonResponse:
@@ -243,7 +300,7 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         return JsonResponse(recipient_json(recipient, repository.credentials(name)))
 
     @app.post("/recipients/{name}/grants", summary="Grant shares")
-    def grant(name: str, body: Shares, repository: Repository) -> JsonResponse:
+    def grant(name: str, body: Grants, repository: Repository) -> JsonResponse:
         return JsonResponse(recipient_json(repository.grant(name, body.shares)))
 
     @app.delete("/recipients/{name}/grants/{share}", summary="Remove a grant")
@@ -301,6 +358,50 @@ def build_admin_app(config: ServerConfig, recipients: Recipients) -> FastAPI | N
         repository.delete(name)
         return Response(status_code=204)
 
+    @app.get("/shares", summary="List shares (configuration file and store)")
+    def list_shares(shares: Shares) -> JsonResponse:
+        return JsonResponse({"items": shares.list()})
+
+    @app.post("/shares", status_code=201, summary="Create a share in the store")
+    def create_share(request: Request, body: CreateShare, shares: Shares) -> JsonResponse:
+        _target(request, share=body.name)
+        return JsonResponse(shares.create(body.name, body.comment), status_code=201)
+
+    @app.get("/shares/{share}", summary="A share with its schemas and table entries")
+    def show_share(share: str, shares: Shares) -> JsonResponse:
+        return JsonResponse(shares.show(share))
+
+    @app.delete("/shares/{share}", summary="Delete a store share, its tables and its grants")
+    def delete_share(share: str, shares: Shares) -> JsonResponse:
+        return JsonResponse(shares.delete(share))
+
+    @app.post(
+        "/shares/{share}/schemas/{schema}/tables/{table}",
+        status_code=201,
+        summary="Add a table (checked like `lakeshare check` first)",
+    )
+    def add_table(
+        share: str, schema: str, table: str, body: TableEntry, shares: Shares
+    ) -> JsonResponse:
+        fields = {**body.model_dump(exclude={"force"}), "name": table}
+        return JsonResponse(
+            shares.add_table(share, schema, fields, force=body.force), status_code=201
+        )
+
+    @app.patch(
+        "/shares/{share}/schemas/{schema}/tables/{table}",
+        summary="Change a table's entry (checked first)",
+    )
+    def alter_table(
+        share: str, schema: str, table: str, body: TableChanges, shares: Shares
+    ) -> JsonResponse:
+        changes = body.model_dump(exclude={"force"})
+        return JsonResponse(shares.alter_table(share, schema, table, changes, force=body.force))
+
+    @app.delete("/shares/{share}/schemas/{schema}/tables/{table}", summary="Remove a table")
+    def remove_table(share: str, schema: str, table: str, shares: Shares) -> JsonResponse:
+        return JsonResponse(shares.remove_table(share, schema, table))
+
     @app.get("/audit", summary="Audit records, oldest first (the newest `limit`)")
     def audit(
         repository: Repository,
@@ -340,3 +441,8 @@ async def _invalid_value(request: Request, exc: InvalidValue) -> Response:
     return JsonResponse(
         {"errorCode": "INVALID_PARAMETER_VALUE", "message": str(exc)}, status_code=400
     )
+
+
+async def _table_refused(request: Request, exc: TableRefused) -> Response:
+    """A table that failed its check: the error with the check's report."""
+    return JsonResponse({**exc.body(), "check": exc.report.to_json()}, status_code=exc.status)

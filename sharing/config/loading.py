@@ -129,7 +129,7 @@ def _strict(raw: Mapping[Any, Any], context: LoadContext) -> bool:
 
 
 def _finish(config: ServerConfig, context: LoadContext) -> ServerConfig:
-    shares = tuple(_with_default_ids(share) for share in config.shares)
+    shares = tuple(with_default_ids(share) for share in config.shares)
     _warn_shared_ids(shares, context)
     used = {t.storage_profile for s in shares for d in s.schemas for t in d.tables}
     for name in sorted({name for name, _ in config.storage_profiles} - used):
@@ -145,7 +145,7 @@ def _finish(config: ServerConfig, context: LoadContext) -> ServerConfig:
     )
 
 
-def _with_default_ids(share: ShareConfig) -> ShareConfig:
+def with_default_ids(share: ShareConfig) -> ShareConfig:
     schemas = []
     for schema in share.schemas:
         tables = tuple(

@@ -120,6 +120,7 @@ class TableConfig(Section):
     id: Text = ""  # empty: the loader sets default_table_id(share, schema, name)
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
+    comment: Text = ""  # the provider's note; never sent to recipients
     storage_profile: OptionalText = None  # a key of `storageProfiles`
     # A SQL predicate on partition columns, with current_recipient('key') (sharing.slices):
     # each recipient sees only the files it selects.

@@ -49,32 +49,34 @@ def _int_map(key_id: int, value_id: int, value_type: str) -> dict[str, Any]:
     }
 
 
-def manifest_entry_schema(partition_fields: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The Avro schema of a v3 manifest whose partition tuple has `partition_fields`
-    (Avro fields with `field-id`s, from `partition_avro_fields`)."""
-    data_file = {
-        "type": "record",
-        "name": "r2",
-        "fields": [
-            _required("content", 134, "int"),
-            _required("file_path", 100, "string"),
-            _required("file_format", 101, "string"),
-            _required(
-                "partition", 102, {"type": "record", "name": "r102", "fields": partition_fields}
-            ),
-            _required("record_count", 103, "long"),
-            _required("file_size_in_bytes", 104, "long"),
-            _optional("value_counts", 109, _int_map(119, 120, "long")),
+def manifest_entry_schema(
+    partition_fields: Sequence[dict[str, Any]], content: int
+) -> dict[str, Any]:
+    """The Avro schema of a v3 manifest of `content` (MANIFEST_DATA or MANIFEST_DELETES)
+    whose partition tuple has `partition_fields` (from `partition_avro_fields`). Optional
+    fields a manifest of that content never fills are left out (readers take them as
+    null; fewer unions also make encoding faster)."""
+    fields = [
+        _required("content", 134, "int"),
+        _required("file_path", 100, "string"),
+        _required("file_format", 101, "string"),
+        _required("partition", 102, {"type": "record", "name": "r102", "fields": partition_fields}),
+        _required("record_count", 103, "long"),
+        _required("file_size_in_bytes", 104, "long"),
+    ]
+    if content == MANIFEST_DATA:
+        fields += [
             _optional("null_value_counts", 110, _int_map(121, 122, "long")),
             _optional("lower_bounds", 125, _int_map(126, 127, "bytes")),
             _optional("upper_bounds", 128, _int_map(129, 130, "bytes")),
-            _optional("sort_order_id", 140, "int"),
             _optional("first_row_id", 142, "long"),
+        ]
+    else:
+        fields += [
             _optional("referenced_data_file", 143, "string"),
             _optional("content_offset", 144, "long"),
             _optional("content_size_in_bytes", 145, "long"),
-        ],
-    }
+        ]
     return {
         "type": "record",
         "name": "manifest_entry",
@@ -83,7 +85,7 @@ def manifest_entry_schema(partition_fields: Sequence[dict[str, Any]]) -> dict[st
             _optional("snapshot_id", 1, "long"),
             _optional("sequence_number", 3, "long"),
             _optional("file_sequence_number", 4, "long"),
-            _required("data_file", 2, data_file),
+            _required("data_file", 2, {"type": "record", "name": "r2", "fields": fields}),
         ],
     }
 

@@ -52,7 +52,7 @@ import deltalog
 from deltalog.deletion_vectors import DeletionVectorDescriptor, stored_frame
 from deltalog.packed_stats import text_table
 from deltalog.paths import resolve_key
-from deltalog.schema import column_mapping_mode, parse_schema
+from deltalog.schema import DecimalType, column_mapping_mode, parse_schema
 from deltalog.snapshot_store import table_identity
 from deltalog.storage.kinds import StorageKind
 from sharing.catalog import SharedTable
@@ -66,7 +66,7 @@ from sharing.tables import TableService
 
 log = logging.getLogger(__name__)
 
-MANIFEST_ENTRIES = 20_000
+MANIFEST_ENTRIES = 10_000
 """Data files per new manifest (a removal rewrites only the manifest holding the file)."""
 FIRST_PARTITION_FIELD_ID = 1000
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
@@ -138,26 +138,28 @@ class IcebergMetadata:
         return GeneratedVersion(path, version, snapshot_id(version))
 
     def _generate(self, shared: SharedTable, files: TableFiles, base: int, version: int) -> None:
+        """Step from the latest generated version at or before `version` (else from the
+        base) to `version`. Only the last step's metadata JSON is written: the catalog
+        serves a table's latest metadata (older versions are its snapshots), and every
+        version's JSON would add up to the square of the history's length. A version
+        asked for later gets its own JSON by stepping again, to the same bytes."""
         done = [v for v in files.generated_versions() if base <= v <= version]
         if done and done[-1] == version:
             return  # another process wrote it while this one waited for the lock
+        metadata: dict[str, Any] | None = None
+        previous: deltalog.Snapshot | None = None
+        first = base
         if done:
-            start = done[-1]
-            previous = self.tables.at_version(shared, start)
-            metadata = orjson.loads(files.metadata_path(start).read_bytes())
-        else:
-            start = base
-            previous = None
-            metadata = None
-            snapshot = self.tables.at_version(shared, base)
-            with self.tables.errors(shared):
-                metadata = _Step(files, None, None, snapshot).write()
-            previous = snapshot
-        for v in range(start + 1, version + 1):
+            metadata = orjson.loads(files.metadata_path(done[-1]).read_bytes())
+            previous = self.tables.at_version(shared, done[-1])
+            first = done[-1] + 1
+        for v in range(first, version + 1):
             snapshot = self.tables.at_version(shared, v)
             with self.tables.errors(shared):
                 metadata = _Step(files, metadata, previous, snapshot).write()
             previous = snapshot
+        assert metadata is not None
+        write_once(files.metadata_path(version), orjson.dumps(metadata, option=orjson.OPT_INDENT_2))
 
 
 def location_of(storage: Any, key: str) -> str:
@@ -211,17 +213,20 @@ class _Step:
         schemas, schema_id = self._schemas(converted)
         specs, spec_id, spec_fields, last_partition_id = self._spec(converted)
         prev_next_row_id = int(prev["next-row-id"]) if prev else 0
-        cur = text_table(self.snapshot.files)
-        old = text_table(self.previous.files) if self.previous is not None else None
+        cur = self.snapshot.files
+        old = self.previous.files if self.previous is not None else None
         plan = _diff(old, cur)
         self._converted = converted
+        self._decimal_stats = any(
+            isinstance(leaf.delta_type, DecimalType) for leaf in converted.leaves
+        )
         self._spec_fields = spec_fields
         self._spec_id = spec_id
 
         carried: list[dict[str, Any]] = []
         if prev is not None:
             carried = self._carry_over(prev, plan)
-        added_rows = cur.take(pa.array(plan.data_added, pa.int64())).to_pylist()
+        added_rows = text_table(cur.take(pa.array(plan.data_added, pa.int64()))).to_pylist()
         added_rows.sort(key=lambda r: r["path"])
         next_row_id = prev_next_row_id
         data_entries = []
@@ -231,7 +236,11 @@ class _Step:
         if self.row_tracking:
             next_row_id = max(next_row_id, self._high_water_mark() + 1)
         new_manifests = self._new_data_manifests(data_entries)
-        dv_rows = cur.take(pa.array(plan.dv_added, pa.int64())).to_pylist()
+        dv_rows = (
+            cur.select(["path", "partitionValues", "deletionVector"])
+            .take(pa.array(plan.dv_added, pa.int64()))
+            .to_pylist()
+        )
         dv_rows.sort(key=lambda r: r["path"])
         new_manifests += self._new_delete_manifest(dv_rows)
         manifests = new_manifests + carried
@@ -273,10 +282,6 @@ class _Step:
             last_partition_id,
             snapshot_json,
             next_row_id,
-        )
-        write_once(
-            self.files.metadata_path(self.version),
-            orjson.dumps(metadata, option=orjson.OPT_INDENT_2),
         )
         return metadata
 
@@ -369,7 +374,7 @@ class _Step:
         return out
 
     def _data_entry(self, row: dict[str, Any], next_row_id: int) -> tuple[dict[str, Any], int]:
-        stats = json.loads(row["stats"], parse_float=Decimal) if row.get("stats") else None
+        stats = self._parse_stats(row["stats"]) if row.get("stats") else None
         records = stats.get("numRecords") if isinstance(stats, dict) else None
         if not isinstance(records, int):
             records = self._footer_rows(row["path"])
@@ -398,18 +403,23 @@ class _Step:
                 "partition": self._partition(row["partitionValues"]),
                 "record_count": records,
                 "file_size_in_bytes": int(row["size"]),
-                "value_counts": None,
                 "null_value_counts": _pairs(bounds.null_counts),
                 "lower_bounds": _pairs(bounds.lower),
                 "upper_bounds": _pairs(bounds.upper),
-                "sort_order_id": None,
                 "first_row_id": first_row_id,
-                "referenced_data_file": None,
-                "content_offset": None,
-                "content_size_in_bytes": None,
             },
         }
         return entry, next_row_id
+
+    def _parse_stats(self, text: str) -> Any:
+        """A file's statistics JSON; numbers with a fraction as `Decimal` when the table
+        has decimal columns (a float would lose digits of their bounds)."""
+        try:
+            if self._decimal_stats:
+                return _DECIMAL_JSON.decode(text)
+            return orjson.loads(text)
+        except ValueError:
+            return None  # unreadable statistics: no bounds, the footer gives the count
 
     def _footer_rows(self, path: str) -> int:
         """A file's row count from its parquet footer (its add action had no stats)."""
@@ -465,12 +475,6 @@ class _Step:
                         "partition": self._partition(row["partitionValues"]),
                         "record_count": blob.cardinality,
                         "file_size_in_bytes": len(data),
-                        "value_counts": None,
-                        "null_value_counts": None,
-                        "lower_bounds": None,
-                        "upper_bounds": None,
-                        "sort_order_id": None,
-                        "first_row_id": None,
                         "referenced_data_file": blob.referenced_data_file,
                         "content_offset": where.offset,
                         "content_size_in_bytes": where.length,
@@ -485,7 +489,8 @@ class _Step:
         schema = av.manifest_entry_schema(
             av.partition_avro_fields(
                 [(fid, _avro_name(name), itype) for fid, name, itype, _ in self._spec_fields]
-            )
+            ),
+            content,
         )
         spec = [
             {
@@ -546,7 +551,7 @@ class _Step:
     def _carry_over(self, prev: dict[str, Any], plan: _Plan) -> list[dict[str, Any]]:
         """The previous snapshot's manifests, rewritten where a file left."""
         assert self.previous is not None
-        old = text_table(self.previous.files)
+        old = self.previous.files.select(["path"])
         gone_data = {
             self._location(p) for p in old.column("path").take(plan.data_removed).to_pylist()
         }
@@ -712,6 +717,8 @@ def _pairs(values: Mapping[int, Any]) -> list[dict[str, Any]] | None:
         return None
     return [{"key": k, "value": v} for k, v in sorted(values.items())]
 
+
+_DECIMAL_JSON = json.JSONDecoder(parse_float=Decimal)
 
 _AVRO_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -19,10 +19,11 @@ import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from deltalog.storage import resolve
 from deltalog.storage.kinds import StorageKind
-from sharing.catalog import Catalog
+from sharing.catalog import SharedTable
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
@@ -54,10 +55,15 @@ class LocalFile:
     size: int
 
 
+class TableLookup(Protocol):
+    def get_table(self, share: str, schema: str, table: str) -> SharedTable: ...
+
+
 class FileServer:
     """Checks signed file URLs against the catalog and finds the file on disk."""
 
-    def __init__(self, catalog: Catalog, secret: str | bytes) -> None:
+    def __init__(self, catalog: TableLookup, secret: str | bytes) -> None:
+        """`catalog` is asked on every download: a table no longer served has no files."""
         self._catalog = catalog
         self._master = derive_master_key(secret)
 

@@ -83,6 +83,20 @@ class SelectionCache:
                 self._entries.move_to_end(key)
             return found
 
+    def forget(self, table: str) -> int:
+        """Drop the selections of a table (its full name, the keys' first element; a table
+        no longer served); the number dropped."""
+        wanted = table.lower()
+        with self._lock:
+            doomed = [
+                key
+                for key in self._entries
+                if isinstance(key, tuple) and key and str(key[0]).lower() == wanted
+            ]
+            for key in doomed:
+                self._bytes -= self._entries.pop(key).nbytes
+        return len(doomed)
+
     def put(self, key: Hashable, selection: Selection) -> None:
         size = selection.nbytes
         if size > self.max_bytes:

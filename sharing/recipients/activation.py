@@ -1,7 +1,11 @@
 """One-time activation links (as open sharing's): `create_link` stores a hash of a random
 link secret; `redeem` — when the link is opened — mints the recipient's bearer credential
 and spends the link in one transaction, so the profile is served exactly once (then 404)
-and no secret waits in the store. Links expire after `LINK_TTL_SECONDS` unopened."""
+and no secret waits in the store. Links expire after `LINK_TTL_SECONDS` unopened.
+
+A link is dead — the same None as an unknown one, so the route answers the same 404 — when
+its recipient is disabled, has expired or was deleted: opening it mints nothing. (Deleting
+or disabling a recipient also deletes its unopened links: see RecipientRepository.)"""
 
 from __future__ import annotations
 
@@ -47,7 +51,8 @@ def create_link(
 
 def redeem(store: Store, secret: str) -> tuple[str, IssuedCredential] | None:
     """Spend the link named by `secret`: the recipient and its new bearer credential, or None
-    (unknown, already used, expired, or tampered)."""
+    (unknown, already used, expired, tampered, or its recipient disabled, expired or
+    gone)."""
     from sharing.recipients.hashing import token_credential_id
 
     link_id = token_credential_id(secret)
@@ -65,6 +70,21 @@ def redeem(store: Store, secret: str) -> tuple[str, IssuedCredential] | None:
             or row["used_at"] is not None
             or row["expires_at"] <= now
             or not token_matches(secret, row["secret_hash"])
+        ):
+            return None
+        recipient = (
+            connection.execute(
+                select(t.recipients.c.enabled, t.recipients.c.expires_at).where(
+                    t.recipients.c.name == row["recipient"]
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if (
+            recipient is None
+            or not recipient["enabled"]
+            or (recipient["expires_at"] is not None and recipient["expires_at"] <= now)
         ):
             return None
         spent = connection.execute(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from sharing.recipients.hashing import (
     token_credential_id,
     token_matches,
 )
+from sharing.recipients.lru import MISSING, LruCache
 from sharing.recipients.model import (
     ANONYMOUS,
     Credential,
@@ -78,7 +80,13 @@ log = logging.getLogger("lakeshare.recipients")
 
 DEFAULT_CACHE_SECONDS = 2.0
 _MAX_HEADER_CHARS = 8192
-_NEGATIVE_CACHE_LIMIT = 10_000
+CACHE_ENTRIES = 10_000
+"""What the directory remembers of the store, per kind (credentials by id, store recipients
+by name — known or not): at most this many of each, the least recently used forgotten
+first, so made-up ids and user names cannot grow a process's memory."""
+_UNMATCHABLE_TOKEN_HASH = hash_token(secrets.token_urlsafe(32))
+"""Compared with a token whose credential id is unknown, so that its refusal costs what a
+known id's wrong secret costs (the preimage is never kept)."""
 
 
 _UNKNOWN_CREDENTIALS = Refusal(Reason.INVALID_CREDENTIALS)
@@ -158,8 +166,8 @@ class RecipientDirectory:
         self._lock = threading.Lock()
         self._seen_counter: int | None = None
         self._checked_at = float("-inf")
-        self._credentials: dict[str, _Entry | None] = {}
-        self._recipients: dict[str, Recipient | None] = {}
+        self._credentials: LruCache[str, _Entry | None] = LruCache(CACHE_ENTRIES)
+        self._recipients: LruCache[str, Recipient | None] = LruCache(CACHE_ENTRIES)
         self.logins = BasicLogins(config.basic_auth, clock=clock)  # throttles, hash slots
         self._store_has_recipients = False
         self.on_used: Callable[[str, int], None] | None = None
@@ -189,8 +197,8 @@ class RecipientDirectory:
         if scheme.lower() == "basic":
             return True
         credential_id = token_credential_id(value)
-        if credential_id is not None:
-            return stale or credential_id not in self._credentials
+        if credential_id is not None:  # in memory only when remembered and matching
+            return stale or self._remembered_token(value, credential_id) is None
         if hash_token(value) in self._config_tokens:
             return False
         return stale or bool(self._verifiers)
@@ -223,24 +231,30 @@ class RecipientDirectory:
         value = value.strip()
         scheme = scheme.lower()
         if scheme == "bearer" and value:
-            entry = self._bearer(value)
-            if entry is None:
-                for verifier in self._verifiers:
-                    verified = verifier.verify(value)
-                    if verified is not None:
-                        return self.principal_for(
-                            verified.recipient, verified.credential_id, client
-                        )
-                raise _invalid(self._claimed_by(value))
+            credential_id = token_credential_id(value)
+            if credential_id is not None:
+                entry = self._store_token(value, credential_id)
+            else:
+                configured = self._config_tokens.get(hash_token(value))
+                if configured is None:
+                    for verifier in self._verifiers:
+                        verified = verifier.verify(value)
+                        if verified is not None:
+                            return self.principal_for(
+                                verified.recipient, verified.credential_id, client
+                            )
+                    raise _invalid()
+                entry = configured
         elif scheme == "basic" and value:
-            entry = self._basic(value, client)
-            if entry is None:
+            login = self._basic(value, client)
+            if login is None:
                 raise Challenge(
                     "The username or password is invalid or has expired.",
                     f'{_REALM}, error="invalid_token", Basic realm="delta-sharing", '
                     'charset="UTF-8"',
                     self._claimed_by_user(value),
                 )
+            entry = login
         else:
             raise _missing()
         credential, recipient = entry
@@ -275,14 +289,15 @@ class RecipientDirectory:
         if found is not None or self.repository is None:
             return found
         self._refresh()
-        if key in self._recipients:
-            return self._recipients[key]
+        cached = self._recipients.get(key)
+        if cached is not MISSING:
+            return cached
         try:
             loaded = self.repository.get(key)
         except Exception:  # an invalid name, or the store is down: no such recipient
             log.exception("recipient lookup failed")
             loaded = None
-        self._recipients[key] = loaded
+        self._recipients.put(key, loaded)
         return loaded
 
     def credential(self, credential_id: str) -> _Entry | None:
@@ -290,12 +305,11 @@ class RecipientDirectory:
         if self.repository is None:
             return None
         self._refresh()
-        if credential_id in self._credentials:
-            return self._credentials[credential_id]
+        cached = self._credentials.get(credential_id)
+        if cached is not MISSING:
+            return cached
         entry = self.repository.find_credential(credential_id)
-        if len(self._credentials) >= _NEGATIVE_CACHE_LIMIT:
-            self._credentials.clear()
-        self._credentials[credential_id] = entry
+        self._credentials.put(credential_id, entry)
         return entry
 
     def config_recipients(self) -> list[Recipient]:
@@ -328,16 +342,6 @@ class RecipientDirectory:
             properties=recipient.properties,
         )
 
-    def _claimed_by(self, token: str) -> Refusal:
-        """A refused store token names a credential it did not prove (its secret is wrong):
-        the refusal records that credential and its recipient as *claimed* when the
-        credential exists (an unknown id is recorded as no one)."""
-        credential_id = token_credential_id(token)
-        entry = self.credential(credential_id) if credential_id is not None else None
-        if entry is None:
-            return _UNKNOWN_CREDENTIALS
-        return Refusal.claimed(Reason.INVALID_CREDENTIALS, entry[1].name, entry[0].id)
-
     def _claimed_by_user(self, value: str) -> Refusal:
         """A refused Basic login claims a recipient when its user name is one."""
         try:
@@ -349,20 +353,42 @@ class RecipientDirectory:
             return _UNKNOWN_CREDENTIALS
         return Refusal.claimed(Reason.INVALID_CREDENTIALS, known.name)
 
-    def _bearer(self, token: str) -> _Entry | None:
-        credential_id = token_credential_id(token)
-        if credential_id is not None:
-            entry = self.credential(credential_id)
-            if entry is not None:
-                credential = entry[0]
-                if (
-                    credential.type is CredentialType.BEARER
-                    and credential.secret_hash
-                    and token_matches(token, credential.secret_hash)
-                ):
-                    return entry
+    def _remembered_token(self, token: str, credential_id: str) -> _Entry | None:
+        """The remembered bearer credential `token` proves (no store access), if any."""
+        cached = self._credentials.get(credential_id)
+        if cached is MISSING or cached is None:
             return None
-        entry = self._config_tokens.get(hash_token(token))
+        credential = cached[0]
+        if (
+            credential.type is CredentialType.BEARER
+            and credential.secret_hash
+            and token_matches(token, credential.secret_hash)
+        ):
+            return cached
+        return None
+
+    def _store_token(self, token: str, credential_id: str) -> _Entry:
+        """The credential a store token (`lks_<id>_<secret>`) proves, or a 401.
+
+        A token not remembered as valid costs one read of the credential's row and one hash
+        comparison — against a hash nothing matches when the id is unknown — whether its id
+        exists, is remembered, or not: a refusal's time tells nothing about which ids exist.
+        The refusal records the credential and its recipient as claimed when the id exists
+        (for the audit trail; never in the response)."""
+        self._refresh()
+        remembered = self._remembered_token(token, credential_id)
+        if remembered is not None:
+            return remembered
+        row = self.repository.credential_by_id(credential_id) if self.repository else None
+        stored = row.secret_hash if row is not None and row.secret_hash else None
+        matches = token_matches(token, stored or _UNMATCHABLE_TOKEN_HASH)
+        if row is None:
+            raise _invalid()
+        if not matches or stored is None or row.type is not CredentialType.BEARER:
+            raise _invalid(Refusal.claimed(Reason.INVALID_CREDENTIALS, row.recipient, row.id))
+        entry = self.credential(credential_id)  # with its recipient, remembered from now on
+        if entry is None:  # deleted between the two reads
+            raise _invalid()
         return entry
 
     def _basic(self, value: str, client: str | None) -> _Entry | None:
@@ -427,8 +453,8 @@ class RecipientDirectory:
                 return
             counter = self.store.counter(COUNTER)
             if counter != self._seen_counter:
-                self._credentials = {}
-                self._recipients = {}
+                self._credentials.clear()
+                self._recipients.clear()
                 self.logins.forget_all()
                 self._store_has_recipients = bool(
                     self.repository is not None and self.repository.any()

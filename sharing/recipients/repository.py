@@ -109,6 +109,17 @@ class RecipientRepository:
             )
             return [_to_credential(row) for row in rows.mappings()]
 
+    def credential_by_id(self, credential_id: str) -> Credential | None:
+        """A credential's row alone: one primary-key read, the same work whether the id
+        exists or not (a refused token costs this; see RecipientDirectory._store_token)."""
+        with self.store.read() as connection:
+            row = (
+                connection.execute(select(t.credentials).where(t.credentials.c.id == credential_id))
+                .mappings()
+                .first()
+            )
+        return None if row is None else _to_credential(row)
+
     def find_credential(self, credential_id: str) -> tuple[Credential, Recipient] | None:
         """A credential by id with its recipient (one round trip for the row, one for grants)."""
         with self.store.read() as connection:
@@ -359,6 +370,13 @@ class RecipientRepository:
             connection.execute(
                 update(t.recipients).where(t.recipients.c.name == canonical).values(enabled=enabled)
             )
+            if not enabled:  # its unopened activation links die with it (enable: make anew)
+                links = t.activation_links
+                connection.execute(
+                    delete(links).where(
+                        and_(links.c.recipient == canonical, links.c.used_at.is_(None))
+                    )
+                )
             _touch_recipient(connection, canonical)
             recipient = _recipient(connection, canonical)
         assert recipient is not None
@@ -406,12 +424,22 @@ class RecipientRepository:
             raise ResourceNotFound(f"recipient '{canonical}' not found")
         return canonical
 
+    def set_known_shares(self, names: Iterable[str]) -> None:
+        """The configuration file's shares (after a reload)."""
+        self._known = {s.lower() for s in names}
+
     def _checked_shares(self, shares: Iterable[str]) -> list[str]:
         granted: list[str] = []
+        known = self._known
+        if known is not None:  # the file's shares, and the store's (sharing.shares)
+            with self.store.read() as connection:
+                known = known | set(connection.scalars(select(t.catalog_shares.c.name)))
         for share in shares:
             key = share.strip().lower()
-            if key != ALL_SHARES and self._known is not None and key not in self._known:
-                raise InvalidParameter(f"unknown share '{share[:80]}': no such share is configured")
+            if key != ALL_SHARES and known is not None and key not in known:
+                raise InvalidParameter(
+                    f"unknown share '{share[:80]}': no such share is configured or in the store"
+                )
             if not key:
                 raise InvalidParameter("empty share name")
             if key not in granted:

@@ -309,6 +309,14 @@ class StatsCache:
         with self._lock:
             self._entries.clear()
 
+    def forget(self, stats: pa.ChunkedArray | pa.Array) -> None:
+        """Drop what was parsed for the chunks of `stats` (a table no longer served)."""
+        chunks = stats.chunks if isinstance(stats, pa.ChunkedArray) else [stats]
+        with self._lock:
+            for chunk in chunks:
+                if len(chunk):
+                    self._entries.pop(_key(chunk), None)
+
     def get(
         self,
         stats: pa.ChunkedArray | pa.Array,

@@ -165,6 +165,15 @@ class StatsWarmer:
         except Exception:  # a warm-up failure only means the first query parses itself
             log.exception("stats warm-up failed for version %d", version)
 
+    def forget(self, table: Hashable, files: pa.Table | None) -> None:
+        """A table no longer served: its warm-up state, and its stats parsed in the cache."""
+        with self._lock:
+            state = self._tables.pop(table, None)
+        if state is not None and state.future is not None:
+            state.future.cancel()
+        if files is not None and "stats" in files.column_names:
+            self.cache.forget(files.column("stats"))
+
     def shutdown(self) -> None:
         """Cancel pending warm-ups and wait for a running one to finish."""
         with self._lock:

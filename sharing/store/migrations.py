@@ -114,6 +114,12 @@ def _recipient_properties(connection: Connection) -> None:
     add_missing_column(connection, schema.recipients, "properties")
 
 
+def _catalog_shares(connection: Connection) -> None:
+    schema.catalog_shares.create(connection)
+    schema.catalog_tables.create(connection)
+    connection.execute(schema.state.insert().values(key="catalog", value=0))
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
@@ -122,6 +128,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0005_audit_reason", _audit_reason),  # audit records of refused authentications
     Migration("0006_audit_claimed", _audit_claimed),  # claimed, not verified, identities
     Migration("0007_recipient_properties", _recipient_properties),  # sharing/slices.py
+    Migration("0008_catalog_shares", _catalog_shares),  # shares made at run time (sharing/shares)
 ]
 
 

@@ -27,6 +27,8 @@ __all__ = [
     "activation_links",
     "async_queries",
     "audit_events",
+    "catalog_shares",
+    "catalog_tables",
     "credentials",
     "metadata",
     "migrations_table",
@@ -186,3 +188,36 @@ async_queries = Table(
     UniqueConstraint("table_id", "idempotency_key", name="async_queries_key"),
 )
 Index("async_queries_expiry", async_queries.c.expires_ms)
+
+# Shares created at run time (sharing/shares/): the store's half of the catalog, beside the
+# configuration file's shares. A schema exists while it holds a table. A table entry is its
+# configuration model (sharing.config.TableConfig) as JSON in the file's camelCase keys, so
+# a key added to the model is a key of store tables too, validated the same way. Writes bump
+# the `catalog` change counter.
+catalog_shares = Table(
+    "catalog_shares",
+    metadata,
+    Column("name", String(255), primary_key=True),  # lower-case
+    Column("display_name", String(255), nullable=False),  # as created
+    Column("comment", Text, nullable=False, default=""),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+catalog_tables = Table(
+    "catalog_tables",
+    metadata,
+    Column(
+        "share",
+        String(255),
+        ForeignKey("catalog_shares.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("schema_name", String(255), primary_key=True),  # lower-case
+    Column("table_name", String(255), primary_key=True),  # lower-case
+    Column("schema_display", String(255), nullable=False),
+    Column("definition", Text, nullable=False),  # the TableConfig, camelCase JSON
+    Column("position", BigInteger, nullable=False),  # listing order: order of addition
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)

@@ -70,8 +70,10 @@ def test_unreadable_protocols_are_refused() -> None:
     TableProtocol(3, 7, ("deletionVectors", "columnMapping", "timestampNtz")).check_readable("t")
     with pytest.raises(UnsupportedTableError, match="reader version 4"):
         TableProtocol(4).check_readable("s.d.t")
-    with pytest.raises(UnsupportedTableError, match="variantType"):
-        TableProtocol(3, 7, ("deletionVectors", "variantType")).check_readable("s.d.t")
+    TableProtocol(3, 7, ("deletionVectors", "variantType")).check_readable("s.d.t")
+    TableProtocol(3, 7, ("variantType-preview",)).check_readable("s.d.t")
+    with pytest.raises(UnsupportedTableError, match="variantShredding-preview"):
+        TableProtocol(3, 7, ("variantType", "variantShredding-preview")).check_readable("s.d.t")
 
 
 def test_change_units_pair_an_add_and_remove_of_one_file_in_one_commit() -> None:

@@ -136,6 +136,7 @@ def test_serve_runs_from_the_bare_install(
         ],
         "authorization": {"bearerToken": TOKEN},
         "signingSecret": "bare-install-signing-secret-0123456789",
+        "admin": {"token": "bare-install-admin-token-0123456789"},
     }
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -174,6 +175,11 @@ def test_serve_runs_from_the_bare_install(
             f'lakeshare_files_served_total{{schema="schema",share="share",table="table"}} {files}.0'
             in metrics.text
         )
+        # fastapi-offline is a runtime dependency: the admin docs page's assets are local.
+        docs = httpx.get(f"{base}/admin/docs")
+        assert docs.status_code == 200 and "cdn." not in docs.text, docs.text
+        script = httpx.get(f"{base}/admin/docs-assets/swagger-ui-bundle.js")
+        assert script.status_code == 200 and "SwaggerUIBundle" in script.text
     finally:
         stop(process)
         log.close()
