@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import struct
+import subprocess
 import sys
 from collections.abc import Iterator
 from decimal import Decimal
@@ -29,6 +30,7 @@ from sharing.iceberg.avro_files import AvroContent
 from sharing.iceberg.generator import GeneratedVersion, IcebergMetadata, snapshot_id
 from sharing.iceberg.schema import UnsupportedColumn
 from sharing.tables import TableService
+from tests.support import REPO_ROOT
 from tests.support.corpus import copy_table, corpus_table
 from tests.support.rows import comparable_cell
 from tests.support.server import make_config
@@ -498,3 +500,43 @@ def test_file_bounds_rules() -> None:
     assert (
         1 not in file_bounds({"maxValues": {"s": "z" * 32}}, leaves, 32).upper
     )  # possibly cut: no upper bound
+
+
+_WORKER = """
+import sys
+from pathlib import Path
+from sharing.catalog import SharedTable
+from sharing.config import TableConfig
+from sharing.iceberg.generator import IcebergMetadata
+from sharing.tables import TableService
+from tests.support.server import make_config
+
+config = TableConfig(name="t", location=sys.argv[1], id="id-t", history_shared=True)
+shared = SharedTable("s", "d", "t", config)
+generator = IcebergMetadata(Path(sys.argv[2]), TableService(make_config()))
+print(generator.generate(shared).metadata_path)
+"""
+
+
+def test_worker_processes_share_the_generated_files(tmp_path: Path) -> None:
+    """Two processes asking for the same table at once (as `lakeshare serve`'s workers do)
+    both get the metadata; the files are the ones one process alone writes."""
+    location = corpus_table("delta-rs/table_with_deletion_logs")
+    cache = tmp_path / "shared-cache"
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(location), str(cache)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=120)[0].strip() for w in workers]
+    assert all(w.returncode == 0 for w in workers)
+    assert outputs[0] == outputs[1] and Path(outputs[0]).is_file()
+    together = _tree(cache)
+    shutil.rmtree(cache)
+    IcebergMetadata(cache, TableService(make_config())).generate(_shared(location))
+    assert _tree(cache) == together
+    assert not [p for p in cache.rglob("*.tmp")]
