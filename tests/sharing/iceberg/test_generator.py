@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from deltalog.deletion_vectors import DeletionVectorDescriptor, absolute_path
@@ -540,3 +541,32 @@ def test_worker_processes_share_the_generated_files(tmp_path: Path) -> None:
     IcebergMetadata(cache, TableService(make_config())).generate(_shared(location))
     assert _tree(cache) == together
     assert not [p for p in cache.rglob("*.tmp")]
+
+
+def test_a_recipients_partition_filter_selects_the_files(
+    service: TableService, generator: IcebergMetadata
+) -> None:
+    """The bound filter of a recipient (here `letter = current_recipient('letter')`) picks
+    the files of every version, and each bound filter has its own generated files."""
+    from dataclasses import replace
+
+    from sharing.slices import bind, parse_partition_filter
+
+    location = corpus_table("levi/dat/basic_partitioned/delta")
+    whole = _shared(location)
+    parsed = parse_partition_filter("letter = current_recipient('letter')")
+    sees_a = replace(whole, partition_filter=bind(parsed, (("letter", "a"),)))
+    sees_e = replace(whole, partition_filter=bind(parsed, (("letter", "e"),)))
+    paths = set()
+    for shared, letter in ((sees_a, "a"), (sees_e, "e")):
+        generated = generator.generate(shared)
+        paths.add(generated.metadata_path)
+        iceberg = StaticTable.from_metadata(str(generated.metadata_path))
+        expected = _expected(service, whole, generated.version)
+        mask = pc.equal(expected.column("letter"), letter)
+        _assert_same(iceberg.scan().to_arrow(), expected.filter(mask))
+        first = iceberg.scan(snapshot_id=snapshot_id(0)).to_arrow()
+        before = _expected(service, whole, 0)
+        _assert_same(first, before.filter(pc.equal(before.column("letter"), letter)))
+    paths.add(generator.generate(whole).metadata_path)
+    assert len(paths) == 3
