@@ -165,6 +165,11 @@ def test_history_starts_at_start_version(service: TableService, generator: Icebe
     unshared = _shared(corpus_table("delta-rs/table_with_deletion_logs"), history=False)
     only = StaticTable.from_metadata(str(generator.generate(unshared).metadata_path))
     assert [s.snapshot_id for s in only.snapshots()] == [snapshot_id(latest.version)]
+    assert generator.generate(unshared, latest.version).metadata_path == Path(
+        only.metadata_location
+    )
+    with pytest.raises(InvalidParameter, match="history sharing is not enabled"):
+        generator.generate(unshared, 3)
 
 
 def _tree(root: Path) -> dict[str, bytes]:
