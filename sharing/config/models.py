@@ -48,6 +48,7 @@ from sharing.config.values import (
     Required,
     Section,
     Sections,
+    TableId,
     Text,
     as_text,
     check,
@@ -117,7 +118,7 @@ class TableConfig(Section):
 
     name: Annotated[Name, Required("'name' in a table must be provided")]
     location: Annotated[Text, Required("'location' in a table must be provided")]
-    id: Text = ""  # empty: the loader sets default_table_id(share, schema, name)
+    id: TableId = ""  # empty: the loader sets default_table_id(share, schema, name)
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
     comment: Text = ""  # the provider's note; never sent to recipients

@@ -23,11 +23,13 @@ give a new column, so the two never meet.
 
 Types (Delta → Iceberg): `byte`, `short`, `integer` → `int` (parquet stores the narrow
 ones as 32-bit integers; readers widen them); `timestamp` → `timestamptz`;
-`timestamp_ntz` → `timestamp`; `void` → v3 `unknown` (always null, never stored); the
-others have the same name. Refused, with an error naming the column: `variant` (Iceberg v3
-has the type, but the readers we test cannot read it yet), geospatial types (Delta's and
-Iceberg's CRS and edge conventions are not the same thing), decimals wider than 38 digits,
-and any type this server does not know.
+`timestamp_ntz` → `timestamp`; the others have the same name. `void` columns (always
+null, never stored) are left out, as Delta readers drop them (Iceberg v3's `unknown` type
+would say the same, but DuckDB 1.5.5 cannot read a schema holding it). Refused, with an
+error naming the column: `variant` (Iceberg v3 has the type, but the readers we test
+cannot read it yet), geospatial types (Delta's and Iceberg's CRS and edge conventions are
+not the same thing), decimals wider than 38 digits, a type widening Iceberg cannot promote
+(below), and any type this server does not know.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ _PRIMITIVES: dict[str, str] = {
     "date": "date",
     "timestamp": "timestamptz",
     "timestamp_ntz": "timestamp",
-    "void": "unknown",
 }
+VOID = PrimitiveType("void")
 _REFUSED: dict[str, str] = {
     "variant": "Iceberg readers of this catalog cannot read variant columns yet",
 }
@@ -217,6 +219,8 @@ class _Converter:
         fields: list[dict[str, Any]] = []
         mapping: list[dict[str, Any]] = []
         for f in struct.fields:
+            if f.type == VOID:
+                continue  # always null and never stored; Delta readers drop it too
             if top:
                 self._top_name = f.name
             given = f.field_id if self.column_mapping else None
@@ -241,8 +245,6 @@ class _Converter:
             comment = f.metadata.get("comment")
             if isinstance(comment, str):
                 entry["doc"] = comment
-            if type_json == "unknown":
-                entry["required"] = False  # an unknown column is always null
             fields.append(entry)
             names = [stored_name]
             if self.column_mapping and f.name != stored_name:

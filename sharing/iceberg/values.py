@@ -108,9 +108,9 @@ def _encode(value: Any, delta_type: DataType, *, upper: bool, prefix: int) -> by
             return None
         name = delta_type.name
         if name in ("integer", "short", "byte"):
-            return struct.pack("<i", _integer(value)) if _is_integer(value) else None
+            return struct.pack("<i", int(value)) if _is_integer(value) else None
         if name == "long":
-            return struct.pack("<q", _integer(value)) if _is_integer(value) else None
+            return struct.pack("<q", int(value)) if _is_integer(value) else None
         if name in ("float", "double"):
             if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
                 return None  # "NaN", "Infinity" and the like
@@ -148,10 +148,6 @@ def _is_integer(value: Any) -> bool:
     if isinstance(value, int):
         return True
     return isinstance(value, Decimal) and value == value.to_integral_value()
-
-
-def _integer(value: Any) -> int:
-    return int(value)
 
 
 def _decimal(value: Any, delta_type: DecimalType) -> bytes | None:

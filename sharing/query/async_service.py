@@ -10,10 +10,13 @@ synchronous query pinned there: the first page starts from a page token minted f
 pin, later pages use the `nextPageToken` of the previous one, so versions, filters, limits
 and page tokens behave as they do for `POST .../query` with `maxFiles`.
 
-Query ids are random (unguessable) and bound to their table. State lives in a
-`QueryStore`, shared by the worker processes of a host (sqlite) or by replicas (a database
-store), and expires after a configurable TTL. A query whose planner died (its process was
-stopped) is planned again by the next process that sees it once its lease has run out.
+Query ids are random (unguessable) and bound to their table and to the recipient that
+submitted them: another recipient polling one gets the 404 of an unknown id, and an
+idempotency key is per recipient (the same key from two recipients makes two queries).
+State lives in a `QueryStore`, shared by the worker processes of a host (sqlite) or by
+replicas (a database store), and expires after a configurable TTL. A query whose planner
+died (its process was stopped) is planned again by the next process that sees it once its
+lease has run out.
 """
 
 from __future__ import annotations
@@ -146,6 +149,12 @@ def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
     return QueryInputs(shared, QueryRequest(**fields), caps, data["fileIdHash"])
 
 
+def _owner(shared: SharedTable) -> str:
+    """Whose a query is: the recipient the table was resolved for (every route that reaches
+    this service is authenticated; "" would be no one's, and is nobody's to poll)."""
+    return shared.recipient or ""
+
+
 def fingerprint(inputs: QueryInputs) -> str:
     """What makes two submissions the same query: the result-defining parameters, the
     version pins, and what the client can read. Paging fields are not part of it."""
@@ -208,6 +217,7 @@ class AsyncQueryService:
         candidate = StoredQuery(
             query_id=secrets.token_urlsafe(24),
             table_id=inputs.shared.config.id,
+            owner=_owner(inputs.shared),
             idempotency_key=key,
             fingerprint=mark,
             request=_encode_inputs(inputs),
@@ -245,7 +255,8 @@ class AsyncQueryService:
                 f"queryId in the URL ({query_id})."
             )
         stored = self._store.get(query_id, self._clock_ms())
-        if stored is None or stored.table_id != shared.config.id:
+        # Another recipient's query answers exactly as an unknown one.
+        if stored is None or stored.table_id != shared.config.id or stored.owner != _owner(shared):
             raise ResourceNotFound(
                 f"Query '{query_id}' does not exist on table {shared.full_name} "
                 "or has expired. Please restart the query."

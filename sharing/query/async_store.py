@@ -2,7 +2,9 @@
 
 The state of one query is small and fixed-size (status, the pinned version or range, the
 request it was planned from, an error): never the file list, which each result page cuts
-from the pinned snapshot again. The store interface is the five operations below, so a
+from the pinned snapshot again. A query belongs to the recipient that submitted it (`owner`):
+its idempotency key is that recipient's (the same key from two recipients makes two
+queries), and no other recipient can poll it. The store interface is the five operations below, so a
 store shared by replicas on several hosts (PostgreSQL, say) only has to implement those.
 
 `SqliteQueryStore` is the embedded default: a sqlite file that the worker processes of one
@@ -43,6 +45,7 @@ class StoredQuery:
 
     query_id: str
     table_id: str
+    owner: str  # the recipient that submitted it (the only one who may poll it)
     idempotency_key: str
     fingerprint: str
     request: str
@@ -58,7 +61,7 @@ class QueryStore(Protocol):
     """The operations the async query service needs; each must be atomic."""
 
     def insert_or_get(self, query: StoredQuery, now_ms: int) -> StoredQuery:
-        """Insert `query` unless a live query with the same table and idempotency key
+        """Insert `query` unless a live query with the same table, owner and idempotency key
         exists; return the live one (which is `query` itself when it was inserted).
         Expired queries are dropped on the way."""
         ...
@@ -84,6 +87,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS async_queries (
     query_id TEXT PRIMARY KEY,
     table_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
     idempotency_key TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
     request TEXT NOT NULL,
@@ -93,13 +97,13 @@ CREATE TABLE IF NOT EXISTS async_queries (
     status TEXT NOT NULL,
     pin TEXT,
     error TEXT,
-    UNIQUE (table_id, idempotency_key)
+    UNIQUE (table_id, owner, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS async_queries_expiry ON async_queries (expires_ms);
 """
 _COLUMNS = (
-    "query_id, table_id, idempotency_key, fingerprint, request, created_ms, expires_ms, "
-    "lease_until_ms, status, pin, error"
+    "query_id, table_id, owner, idempotency_key, fingerprint, request, created_ms, "
+    "expires_ms, lease_until_ms, status, pin, error"
 )
 
 
@@ -120,7 +124,24 @@ class SqliteQueryStore:
         )
         self._lock = threading.Lock()
         with self._lock:
-            self._db.executescript(_SCHEMA)
+            self._create_schema()
+
+    def _create_schema(self) -> None:
+        """The table, replacing one written before queries had owners (its queries are
+        dropped: they are short-lived, and a client polling one is told to restart it).
+        Under an immediate transaction, so the worker processes sharing the file agree."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(async_queries)")}
+            if columns and "owner" not in columns:
+                self._db.execute("DROP TABLE async_queries")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -133,10 +154,11 @@ class SqliteQueryStore:
                 self._db.execute("DELETE FROM async_queries WHERE expires_ms <= ?", (now_ms,))
                 self._db.execute(
                     f"INSERT OR IGNORE INTO async_queries ({_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         query.query_id,
                         query.table_id,
+                        query.owner,
                         query.idempotency_key,
                         query.fingerprint,
                         query.request,
@@ -150,8 +172,8 @@ class SqliteQueryStore:
                 )
                 row = self._db.execute(
                     f"SELECT {_COLUMNS} FROM async_queries "
-                    "WHERE table_id = ? AND idempotency_key = ?",
-                    (query.table_id, query.idempotency_key),
+                    "WHERE table_id = ? AND owner = ? AND idempotency_key = ?",
+                    (query.table_id, query.owner, query.idempotency_key),
                 ).fetchone()
                 self._db.execute("COMMIT")
             except BaseException:

@@ -1,8 +1,8 @@
 """The async-query state on the state store (SQLite or PostgreSQL), so a query started on
 one replica is polled on another. Implements `sharing.query.async_store.QueryStore` with
 SQLAlchemy Core: each operation is one transaction; `insert_or_get` inserts inside a
-savepoint and, when another process inserted the same (table, idempotency key) first,
-returns that one — atomic on both dialects without dialect-specific upserts. A client's
+savepoint and, when another process inserted the same (table, owner, idempotency key)
+first, returns that one — atomic on both dialects without dialect-specific upserts. A client's
 idempotency key that does not fit its column is kept as its digest (`stored_key`)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ __all__ = ["StoreQueryStore", "stored_key"]
 _FIELDS = (
     "query_id",
     "table_id",
+    "owner",
     "idempotency_key",
     "fingerprint",
     "request",
@@ -70,7 +71,13 @@ class StoreQueryStore:
             except IntegrityError:
                 pass  # a live query with this key exists (possibly inserted just now)
             row = connection.execute(
-                select(t).where(and_(t.c.table_id == query.table_id, t.c.idempotency_key == key))
+                select(t).where(
+                    and_(
+                        t.c.table_id == query.table_id,
+                        t.c.owner == query.owner,
+                        t.c.idempotency_key == key,
+                    )
+                )
             ).first()
         assert row is not None
         return _stored(row)

@@ -55,6 +55,17 @@ def _async_queries(connection: Connection) -> None:
     schema.async_queries.create(connection)
 
 
+def _async_query_owners(connection: Connection) -> None:
+    """Async queries belong to the recipient that submitted them: the table gains `owner`
+    and a unique key with it, which SQLite cannot alter, so a table without the column is
+    made anew. Its queries are dropped: they live minutes, and a client polling one gets
+    the 404 that tells it to restart the query."""
+    present = {column["name"] for column in inspect(connection).get_columns("async_queries")}
+    if "owner" not in present:
+        schema.async_queries.drop(connection)
+        schema.async_queries.create(connection)
+
+
 def add_missing_column(connection: Connection, table: Table, name: str) -> None:
     """`ALTER TABLE … ADD COLUMN` for a column of the schema the table lacks; the column's
     definition is compiled for the connection's dialect from the schema (nullable columns
@@ -129,6 +140,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0006_audit_claimed", _audit_claimed),  # claimed, not verified, identities
     Migration("0007_recipient_properties", _recipient_properties),  # sharing/slices.py
     Migration("0008_catalog_shares", _catalog_shares),  # shares made at run time (sharing/shares)
+    Migration("0009_async_query_owners", _async_query_owners),  # who may poll a query
 ]
 
 

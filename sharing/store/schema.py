@@ -176,6 +176,10 @@ async_queries = Table(
     metadata,
     Column("query_id", String(100), primary_key=True),
     Column("table_id", String(255), nullable=False),
+    # The recipient that submitted it, the only one who may poll it (0009). The server
+    # default serves only a replica of an earlier version during a rolling upgrade: the
+    # queries it records belong to no recipient.
+    Column("owner", String(64), nullable=False, server_default=""),
     Column("idempotency_key", String(255), nullable=False),
     Column("fingerprint", String(255), nullable=False),
     Column("request", Text, nullable=False),
@@ -185,7 +189,7 @@ async_queries = Table(
     Column("status", String(20), nullable=False),
     Column("pin", Text, nullable=True),
     Column("error", Text, nullable=True),
-    UniqueConstraint("table_id", "idempotency_key", name="async_queries_key"),
+    UniqueConstraint("table_id", "owner", "idempotency_key", name="async_queries_owner_key"),
 )
 Index("async_queries_expiry", async_queries.c.expires_ms)
 

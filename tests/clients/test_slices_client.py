@@ -404,3 +404,57 @@ def test_a_property_set_with_the_cli_is_honoured_within_cache_seconds(
     assert recipients_cli(config_file, "unset-properties", "zed", "region") == 0
     time.sleep(CACHE_SECONDS + 0.2)
     assert len(delta_sharing.load_as_pandas(url)) == 0
+
+
+def test_hints_and_limit_apply_on_top_of_the_slice(
+    server: RunningServer, profiles: dict[str, Path]
+) -> None:
+    acme = profiles["acme"]
+    outside = {
+        "op": "equal",
+        "children": [
+            {"op": "column", "name": "region", "valueType": "string"},
+            {"op": "literal", "value": "us", "valueType": "string"},
+        ],
+    }
+    body = {"jsonPredicateHints": json.dumps(outside)}
+    assert _file_lines(_lines(_post(server, acme, "with_global", body, PARQUET))) == []
+    inside = json.dumps(
+        {
+            **outside,
+            "children": [
+                outside["children"][0],
+                {"op": "literal", "value": "global", "valueType": "string"},
+            ],
+        }
+    )
+    kept = _file_lines(
+        _lines(_post(server, acme, "with_global", {"jsonPredicateHints": inside}, PARQUET))
+    )
+    assert kept and {f["partitionValues"]["region"] for f in kept} == {"global"}
+    limited = _file_lines(_lines(_post(server, acme, "with_global", {"limitHint": 1}, PARQUET)))
+    assert len(limited) == 1
+    assert limited[0]["partitionValues"]["region"] in {"eu", "global"}
+
+
+def test_an_async_query_of_a_slice_that_changed_must_restart(
+    config_file: Path, server: RunningServer, profiles: dict[str, Path]
+) -> None:
+    zed = profiles["zed"]
+    caps = f"{PARQUET};asyncquery=true"
+    (status,) = _lines(_post(server, zed, "with_global", {"idempotency_key": "z1"}, caps))
+    query_id = status["queryStatus"]["queryId"]
+    assert recipients_cli(config_file, "set-properties", "zed", "region=eu") == 0
+    try:
+        time.sleep(CACHE_SECONDS + 0.3)
+        response = httpx.post(
+            server.url(f"/shares/s/schemas/d/tables/with_global/queries/{query_id}"),
+            content=orjson.dumps({"queryId": query_id}),
+            headers={"Authorization": f"Bearer {_token(zed)}"},
+            timeout=30,
+        )
+        assert response.status_code == 400, response.text
+        assert "another slice" in response.json()["message"]
+    finally:
+        assert recipients_cli(config_file, "unset-properties", "zed", "region") == 0
+        time.sleep(CACHE_SECONDS + 0.3)

@@ -457,10 +457,13 @@ def test_abandoned_query_is_planned_again(tmp_path: Path, moving_table: Path) ->
 # -- the store on its own --------------------------------------------------------------------
 
 
-def _stored(query_id: str, key: str = "k", *, now: int = 1000, ttl: int = 100) -> StoredQuery:
+def _stored(
+    query_id: str, key: str = "k", *, now: int = 1000, ttl: int = 100, owner: str = "acme"
+) -> StoredQuery:
     return StoredQuery(
         query_id=query_id,
         table_id="t",
+        owner=owner,
         idempotency_key=key,
         fingerprint="f",
         request="{}",
@@ -519,3 +522,102 @@ def test_store_dedup_across_processes(tmp_path: Path) -> None:
             _insert_from_another_process, [(str(tmp_path), f"q{i}") for i in range(16)]
         )
     assert len(set(winners)) == 1
+
+
+ACME_TOKEN = "acme-token-0123456789abcdef"
+GLOBEX_TOKEN = "globex-token-0123456789abcdef"
+
+
+@pytest.mark.parametrize("state", ["memory", "directory", "store"])
+def test_queries_and_keys_belong_to_their_recipient(
+    tmp_path: Path, moving_table: Path, state: str
+) -> None:
+    """Issue 20, finding 6: another recipient granted the same share could poll a query id
+    (200, with URLs signed for itself) and learn whether an idempotency key was used."""
+    recipients = [
+        {"name": name, "shares": ["s"], "credentials": [{"type": "bearer", "token": token}]}
+        for name, token in (("acme", ACME_TOKEN), ("globex", GLOBEX_TOKEN))
+    ]
+    extra: dict[str, Any] = {"recipients": recipients}
+    if state == "store":
+        extra["store"] = {"url": f"sqlite:///{tmp_path / 'state.db'}"}
+    config = _config(moving_table, tmp_path / "dir" if state == "directory" else None, **extra)
+    acme = {"headers": {"Authorization": f"Bearer {ACME_TOKEN}"}}
+    globex = {"headers": {"Authorization": f"Bearer {GLOBEX_TOKEN}"}}
+    with run_server(config, tmp_path / "srv") as server:
+
+        def query(who: dict[str, Any], body: dict[str, Any]) -> str:
+            response = post(server, f"{T}/basic/query", {"predicateHints": [], **body}, **who)
+            (line,) = lines(response)
+            query_id: str = line["queryStatus"]["queryId"]
+            return query_id
+
+        def poll_as(who: dict[str, Any], query_id: str) -> httpx.Response:
+            deadline = time.monotonic() + 20
+            while True:
+                response = post(server, f"{T}/basic/queries/{query_id}", {}, **who)
+                if response.status_code != 200 or "queryStatus" not in response.text[:40]:
+                    return response
+                assert time.monotonic() < deadline, "the async query stayed pending"
+                time.sleep(0.02)
+
+        acme_query = query(acme, {"idempotency_key": "shared-key", "limitHint": 2})
+        files = [line for line in lines(poll_as(acme, acme_query)) if "file" in line]
+        assert files and all("rcp=acme" in line["file"]["url"] for line in files)
+
+        # Another recipient of the same share: the 404 of an unknown id, nothing else.
+        stolen = poll_as(globex, acme_query)
+        unknown = poll_as(globex, "q" * len(acme_query))
+        assert stolen.status_code == unknown.status_code == 404
+        assert stolen.json()["errorCode"] == unknown.json()["errorCode"]
+        assert stolen.json()["message"] == unknown.json()["message"].replace(
+            "q" * len(acme_query), acme_query
+        )
+
+        # The same key: its own, independent query — with other parameters too (no
+        # "already used" error that would tell the key was taken).
+        same = query(globex, {"idempotency_key": "shared-key", "limitHint": 2})
+        assert same != acme_query
+        query(acme, {"idempotency_key": "acme-only", "limitHint": 2})
+        differing = post(
+            server,
+            f"{T}/basic/query",
+            {"predicateHints": [], "idempotency_key": "acme-only", "limitHint": 1},
+            **globex,
+        )
+        assert differing.status_code == 200, differing.text
+        theirs = [line for line in lines(poll_as(globex, same)) if "file" in line]
+        assert theirs and all("rcp=globex" in line["file"]["url"] for line in theirs)
+        assert query(acme, {"idempotency_key": "shared-key", "limitHint": 2}) == acme_query
+        assert poll_as(acme, acme_query).status_code == 200
+
+
+def test_a_state_directory_from_before_owners_is_upgraded(tmp_path: Path) -> None:
+    """An `asyncQueryStateDir` file written before queries had owners: its table is made
+    anew (its short-lived queries dropped), so a key belongs to its recipient from then on."""
+    with sqlite3.connect(tmp_path / DATABASE_FILE) as old:
+        old.execute(
+            "CREATE TABLE async_queries (query_id TEXT PRIMARY KEY, table_id TEXT NOT NULL, "
+            "idempotency_key TEXT NOT NULL, fingerprint TEXT NOT NULL, request TEXT NOT NULL, "
+            "created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, "
+            "lease_until_ms INTEGER NOT NULL, status TEXT NOT NULL, pin TEXT, error TEXT, "
+            "UNIQUE (table_id, idempotency_key))"
+        )
+        old.execute(
+            "INSERT INTO async_queries VALUES ('old', 't', 'k', 'f', '{}', 1, 9999999999999, 1, "
+            "'pending', NULL, NULL)"
+        )
+    old.close()
+    store = SqliteQueryStore(tmp_path)
+    try:
+        assert store.get("old", 1000) is None
+        assert store.insert_or_get(_stored("a", owner="acme"), 1000).query_id == "a"
+        assert store.insert_or_get(_stored("b", owner="globex"), 1000).query_id == "b"
+        assert store.insert_or_get(_stored("c", owner="globex"), 1001).query_id == "b"
+    finally:
+        store.close()
+    reopened = SqliteQueryStore(tmp_path)  # a second open changes nothing
+    try:
+        assert reopened.get("a", 1000) is not None
+    finally:
+        reopened.close()
