@@ -7,9 +7,10 @@ bounds, `first_row_id`), deletion vectors as Puffin blobs in delete manifests.
 
 Versions and snapshots. The history starts at a base version: with `historyShared`, the
 later of the table's `startVersion` and the earliest version its log can still
-reconstruct; without, the requested version alone. Delta version v is the snapshot with
-id v + 1 and sequence number v + 1 (ids and sequence numbers must be positive), committed
-at v's commit timestamp (the same timeline the Delta Sharing routes use).
+reconstruct; without, the latest version alone (an older one is time travel, refused).
+Delta version v is the snapshot with id v + 1 and sequence number v + 1 (ids and sequence
+numbers must be positive), committed at v's commit timestamp (the same timeline the Delta
+Sharing routes use).
 
 Incremental generation. The base version is written from its snapshot; every later one
 from its predecessor's generated files: the Delta snapshots of v - 1 and v are compared
@@ -67,7 +68,7 @@ from sharing.iceberg.puffin import DeletionVectorBlob, puffin_file
 from sharing.iceberg.schema import ConvertedSchema, convert_schema, ids_of
 from sharing.iceberg.values import file_bounds, partition_value, string_prefix_length
 from sharing.slices import BoundFilter, visible_files
-from sharing.tables import TableService
+from sharing.tables import TableService, require_history
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,9 @@ class IcebergMetadata:
         this recipient sees a slice of (sharing.slices) lists only the slice's files,
         generated and cached per bound filter."""
         if version is None:
-            snapshot = self.tables.latest(shared)
-            version = snapshot.version
+            version = self.tables.latest(shared).version
+        elif not shared.config.history_shared and version != self.tables.latest(shared).version:
+            require_history(shared)  # an older version is time travel: the routes' 400
         start = shared.config.start_version
         if version < start:
             raise InvalidParameter(f"You can only query table data since version {start}.")
