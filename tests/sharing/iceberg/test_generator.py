@@ -33,11 +33,14 @@ from sharing.iceberg.schema import UnsupportedColumn
 from sharing.tables import TableService
 from tests.support import REPO_ROOT
 from tests.support.corpus import copy_table, corpus_table
+from tests.support.requirements import require
 from tests.support.rows import comparable_cell
 from tests.support.server import make_config
 
-pyiceberg_table = pytest.importorskip("pyiceberg.table")
-StaticTable = pyiceberg_table.StaticTable
+try:
+    from pyiceberg.table import StaticTable
+except ImportError:  # checked by the fixture below: a skip here, a failure in CI
+    StaticTable = None
 
 
 def _shared(location: Path, *, history: bool = True, start: int = 0) -> SharedTable:
@@ -58,9 +61,11 @@ def generator(tmp_path: Path, service: TableService) -> IcebergMetadata:
 
 
 @pytest.fixture(autouse=True)
-def _int96_timestamps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spark's INT96 timestamps read as nanoseconds; PyIceberg reads them only with its
-    documented downcast option (a reader setting, not something the metadata can say)."""
+def _pyiceberg(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyIceberg is installed (the dev extra). Spark's INT96 timestamps read as
+    nanoseconds; PyIceberg reads them only with its documented downcast option (a reader
+    setting, not something the metadata can say)."""
+    require(StaticTable is not None, "pyiceberg==0.12.0 (the dev extra)")
     monkeypatch.setenv("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 
 
@@ -352,7 +357,10 @@ def test_the_table_folder_is_never_written(tmp_path: Path, generator: IcebergMet
 @pytest.fixture(scope="module")
 def duckdb_connection() -> Any:
     """DuckDB with its iceberg extension loaded from the installed PyPI packages."""
-    duckdb = pytest.importorskip("duckdb")
+    try:
+        import duckdb
+    except ImportError:
+        require(False, "duckdb==1.5.5 (the dev extra)")
     site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
@@ -361,8 +369,7 @@ def duckdb_connection() -> Any:
         path = (
             site / f"duckdb_extension_{name}" / "extensions" / "v1.5.5" / f"{name}.duckdb_extension"
         )
-        if not path.exists():
-            pytest.skip(f"duckdb-extension-{name} is not installed")
+        require(path.exists(), f"duckdb-extension-{name}==1.5.5 (the dev extra)")
         con.execute(f"LOAD '{path}'")
     return con
 
@@ -432,7 +439,8 @@ def _table_with_cut_statistics(root: Path) -> str:
     """A delta-rs table whose string maximum is rewritten as a writer that cuts string
     statistics to 32 characters records it, and whose timestamp maximum delta-rs itself
     truncates to milliseconds. Returns the longest string."""
-    deltalake = pytest.importorskip("deltalake")
+    import deltalake
+
     longest = "b" * 40 + "z"
     rows = pa.table(
         {
