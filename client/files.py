@@ -30,9 +30,8 @@ from deltalog.deletion_vectors import (
     rewritten_dv_changes,
     rows_without,
 )
-from deltalog.partitions import partition_columns_as_arrow
 from deltalog.paths import resolve_key
-from deltalog.scan import read_data_file
+from deltalog.scan import read_data_file, read_file_rows
 from deltalog.schema import (
     PrimitiveType,
     StructField,
@@ -246,9 +245,6 @@ class UnitReader:
         self._schema = parse_schema(layout.schema_string)
         self._mode = layout.mode()
         self._fields = layout.fields()
-        self._partition_names = [f.name for f in self._fields if f.name in layout.partition_columns]
-        self._data_fields = [f for f in self._fields if f.name not in layout.partition_columns]
-        self._data_schema = pa.schema([to_arrow_field(f) for f in self._fields])
         self._output_schema = layout.arrow_schema()
 
     def read(self, unit: ReadUnit) -> pa.Table:
@@ -279,22 +275,16 @@ class UnitReader:
         return self._labelled(rows, change, first)
 
     def _rows(self, action: FileAction) -> tuple[pa.Table, int]:
-        arrays, num_rows = _read_columns(self.files, action, self._data_fields, self._mode)
-        partitions = None
-        if self._partition_names:
-            values = pa.array(
-                [list(action.partition_values.items())], type=pa.map_(pa.string(), pa.string())
-            )
-            partitions = partition_columns_as_arrow(
-                values, self._schema, self._partition_names, column_mapping_mode=self._mode
-            )
-        columns = [
-            pa.repeat(partitions.column(f.name)[0], num_rows)
-            if partitions is not None and f.name in self._partition_names
-            else arrays[f.name]
-            for f in self._fields
-        ]
-        return pa.Table.from_arrays(columns, schema=self._data_schema), num_rows
+        key = self.files.register_data(action.url, action.size)
+        return read_file_rows(
+            self.files,  # type: ignore[arg-type]
+            key,
+            self._schema,
+            self._fields,
+            self.layout.partition_columns,
+            action.partition_values,
+            self._mode,
+        )
 
     def _deleted(self, action: FileAction) -> BitMap64:
         if not action.deletion_vector:

@@ -9,7 +9,7 @@ deletion vector.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -107,6 +107,41 @@ def iter_file_tables(
                 arrays.append(data[f.name])
         table = pa.Table.from_arrays(arrays, schema=output_schema)
         yield table.filter(mask) if mask is not None else table
+
+
+def read_file_rows(
+    storage: Storage,
+    key: str,
+    schema: StructType,
+    fields: Sequence[StructField],
+    partition_columns: Collection[str],
+    partition_values: Mapping[str, str | None],
+    mode: str,
+) -> tuple[pa.Table, int]:
+    """The rows of one data file before its deletion vector is applied, and their count:
+    the data columns of `fields` read from the file, the partition columns among them typed
+    from the file's serialized `partition_values` (keyed by physical name under column
+    mapping), in `fields` order.
+
+    The one way to read a single file where the work runs (the recipient's PySpark source,
+    the provider's pipeline), without a snapshot at hand."""
+    partition_names = [f.name for f in fields if f.name in partition_columns]
+    data_fields = [f for f in fields if f.name not in partition_columns]
+    arrays, num_rows = read_data_file(storage, key, data_fields, mode)
+    partitions = None
+    if partition_names:
+        values = pa.array([list(partition_values.items())], type=pa.map_(pa.string(), pa.string()))
+        partitions = partition_columns_as_arrow(
+            values, schema, partition_names, column_mapping_mode=mode
+        )
+    columns = [
+        pa.repeat(partitions.column(f.name)[0], num_rows)
+        if partitions is not None and f.name in partition_names
+        else arrays[f.name]
+        for f in fields
+    ]
+    output = pa.schema([to_arrow_field(f) for f in fields])
+    return pa.Table.from_arrays(columns, schema=output), num_rows
 
 
 def _selected_fields(

@@ -191,6 +191,11 @@ class DeltaTable:
                 return newest
         return build_segment(self.storage, self.table_root, hint=False).latest_version
 
+    def version_at_or_before(self, timestamp_ms: int) -> int:
+        """The version in effect at `timestamp_ms` (time travel by timestamp; outside the
+        table's history a TimestampOutOfRangeError)."""
+        return history.version_at_or_before(self, timestamp_ms)
+
     def earliest_version(self) -> int:
         """The earliest version that can be reconstructed (0 when commit 0 is still there,
         else the oldest complete checkpoint)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.support import REPO_ROOT
 
-PACKAGES = ("deltalog", "sharing", "app", "client")
+PACKAGES = ("deltalog", "sharing", "app", "client", "pipeline")
 DOOR = "sharing.tables"
 LOG_READER_INTERNALS = ("deltalog.history", "deltalog.changes", "deltalog.errors")
 # Base classes a caller may catch without knowing what the log reader does.
@@ -162,7 +162,31 @@ def test_deltalog_imports_no_server_code() -> None:
             continue
         for imported, _ in _imports(module):
             root = imported.split(".")[0]
-            assert root not in ("sharing", "app", "client"), f"{module} imports {imported}"
+            assert root not in ("sharing", "app", "client", "pipeline"), (
+                f"{module} imports {imported}"
+            )
+
+
+def test_the_server_and_the_recipient_side_never_import_spark_or_the_pipeline() -> None:
+    """`pipeline/` is the provider's Spark side: the server runs without PySpark, and never
+    runs Spark inside a request; the recipient side has its own source (client.spark)."""
+    for module in MODULES:
+        if not module.startswith(("app", "sharing", "client")):
+            continue
+        for imported, _ in _imports(module):
+            root = imported.split(".")[0]
+            assert root != "pipeline", f"{module} imports {imported}"
+            if not module.startswith("client.spark"):
+                assert root != "pyspark", f"{module} imports {imported}"
+
+
+def test_the_pipeline_builds_on_sharing_and_deltalog_only() -> None:
+    for module in MODULES:
+        if not module.startswith("pipeline"):
+            continue
+        for imported, _ in _imports(module):
+            root = imported.split(".")[0]
+            assert root not in ("app", "client"), f"{module} imports {imported}"
 
 
 def test_only_the_table_service_imports_the_log_readers_internals() -> None:

@@ -1,0 +1,83 @@
+"""The options of the `deltalog` format, parsed once on the driver with clear errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from deltalog.file_groups import DEFAULT_MAX_GROUP_BYTES, DEFAULT_OPEN_COST
+from deltalog.timestamps import parse_timestamp
+
+STORAGE_PREFIX = "storage."
+"""Options under this prefix are the table's storage options (as in the server's
+configuration: `storage.aws_region`, `storage.azure_storage_account_name`...)."""
+
+
+class OptionError(ValueError):
+    """An option of the `deltalog` format is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class DeltaOptions:
+    path: str
+    version_as_of: int | None = None
+    timestamp_as_of: int | None = None  # ms since the epoch
+    max_partition_bytes: int = DEFAULT_MAX_GROUP_BYTES
+    open_cost_bytes: int = DEFAULT_OPEN_COST
+    min_partitions: int = 2
+    storage_options: dict[str, str] = field(default_factory=dict)
+    app_id: str | None = None
+    app_version: int | None = None
+    partition_by: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> DeltaOptions:
+        lowered = {k.lower(): v for k, v in options.items()}
+        path = options.get("path") or lowered.get("path")
+        if not path:
+            raise OptionError("the table's location is missing: use load(path) or save(path)")
+        version = _int(lowered, "versionasof")
+        timestamp_text = lowered.get("timestampasof")
+        if version is not None and timestamp_text is not None:
+            raise OptionError("give either 'versionAsOf' or 'timestampAsOf', not both")
+        timestamp = None
+        if timestamp_text is not None:
+            try:
+                timestamp = parse_timestamp(timestamp_text)
+            except ValueError as exc:
+                raise OptionError(f"'timestampAsOf' is not a timestamp: {exc}") from exc
+        app_id = lowered.get("txnappid")
+        app_version = _int(lowered, "txnversion")
+        if (app_id is None) != (app_version is None):
+            raise OptionError("'txnAppId' and 'txnVersion' go together")
+        partition_text = lowered.get("partitionby", "")
+        partition_by = tuple(p.strip() for p in partition_text.split(",") if p.strip())
+        return cls(
+            path=path,
+            version_as_of=version,
+            timestamp_as_of=timestamp,
+            max_partition_bytes=_int(lowered, "maxpartitionbytes") or DEFAULT_MAX_GROUP_BYTES,
+            open_cost_bytes=_int(lowered, "opencostinbytes") or DEFAULT_OPEN_COST,
+            min_partitions=_int(lowered, "minpartitions") or 2,
+            storage_options={
+                k[len(STORAGE_PREFIX) :]: v
+                for k, v in options.items()
+                if k.lower().startswith(STORAGE_PREFIX)
+            },
+            app_id=app_id,
+            app_version=app_version,
+            partition_by=partition_by,
+        )
+
+
+def _int(options: Mapping[str, str], key: str) -> int | None:
+    text = options.get(key)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise OptionError(f"option {key!r} must be an integer, got {text!r}") from None
+    if value < 0:
+        raise OptionError(f"option {key!r} must not be negative, got {value}")
+    return value
