@@ -121,6 +121,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
+    if metrics is not None:
+        metrics.catalog_changed(app.state.catalog.current().shares)
+        app.state.catalog.on_change(lambda catalog: metrics.catalog_changed(catalog.shares))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
     recipients_store = app.state.recipients.store

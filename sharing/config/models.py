@@ -583,6 +583,9 @@ class ServerConfig(Section):
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
+    # How often each worker checks the configuration file for a change to reload (0: only
+    # on SIGHUP). app.reload.
+    config_reload_poll_seconds: NonNegative = 5
     # Worker processes of `lakeshare serve` (0: one per CPU core; the demo: 1).
     workers: NonNegative = 0
     # Shared memory-mapped snapshot files (deltalog.snapshot_store); unset: `lakeshare
