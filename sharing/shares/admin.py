@@ -123,6 +123,18 @@ class ShareAdmin:
         stored = self._stored(name, config)
         return _share_json(stored.share, "store", stored.comment)
 
+    def check(self, share: str, schema: str, table: str) -> dict[str, Any]:
+        """A table of either source checked now (`lakeshare check`'s report)."""
+        config = self._config()
+        found: ShareConfig | None = next(
+            (s for s in config.shares if s.name.lower() == share.lower()), None
+        )
+        if found is None:
+            found = self._stored(share, config).share
+        shared = _find(found, schema, table)
+        [report] = check_tables(self._tables, [shared], timeout_seconds=self._check_seconds)
+        return {"table": table_json(shared.config), "check": report.to_json()}
+
     # -- writes ----------------------------------------------------------------------------
 
     def create(self, name: str, comment: str = "") -> dict[str, Any]:
@@ -237,13 +249,17 @@ def _count(share: ShareConfig) -> int:
     return sum(len(schema.tables) for schema in share.schemas)
 
 
-def _find_table(stored: StoredShare, schema: str, table: str) -> TableConfig:
-    for candidate in stored.share.schemas:
+def _find(share: ShareConfig, schema: str, table: str) -> SharedTable:
+    for candidate in share.schemas:
         if candidate.name.lower() == schema.lower():
             for entry in candidate.tables:
                 if entry.name.lower() == table.lower():
-                    return entry
-    raise ResourceNotFound(f"table '{stored.share.name}.{schema}.{table}' not found")
+                    return SharedTable(share.name, candidate.name, entry.name, entry)
+    raise ResourceNotFound(f"table '{share.name}.{schema}.{table}' not found")
+
+
+def _find_table(stored: StoredShare, schema: str, table: str) -> TableConfig:
+    return _find(stored.share, schema, table).config
 
 
 def _schema_of(stored: StoredShare, schema: str) -> str:
