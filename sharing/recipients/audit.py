@@ -245,13 +245,16 @@ def query_events(
     recipient: str | None = None,
     claimed: str | None = None,
     share: str | None = None,
+    table: str | None = None,
     since: int | None = None,
+    until: int | None = None,
     failed: bool = False,
     limit: int = 1000,
 ) -> list[AuditEvent]:
     """The newest `limit` records matching the filters, oldest first. `recipient`: records
     verified to come from that recipient; `claimed`: refusals of requests that claimed to be
-    that recipient without proof; `failed`: only refused authentications."""
+    that recipient without proof; `failed`: only refused authentications; `since`/`until`:
+    times in ms (until excluded)."""
     events_table = t.audit_events
     query = select(events_table)
     if failed:
@@ -262,8 +265,12 @@ def query_events(
         query = query.where(events_table.c.claimed_recipient == claimed.lower())
     if share:
         query = query.where(events_table.c.share == share)
+    if table:
+        query = query.where(events_table.c.table_name == table)
     if since is not None:
         query = query.where(events_table.c.at >= since)
+    if until is not None:
+        query = query.where(events_table.c.at < until)
     query = query.order_by(events_table.c.at.desc(), events_table.c.id.desc()).limit(limit)
     with store.read() as connection:
         rows = list(connection.execute(query).mappings())

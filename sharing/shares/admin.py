@@ -14,7 +14,7 @@ Answers are JSON-ready mappings (camelCase), the same for every caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sharing.catalog import SharedTable
@@ -123,17 +123,26 @@ class ShareAdmin:
         stored = self._stored(name, config)
         return _share_json(stored.share, "store", stored.comment)
 
-    def check(self, share: str, schema: str, table: str) -> dict[str, Any]:
-        """A table of either source checked now (`lakeshare check`'s report)."""
-        config = self._config()
-        found: ShareConfig | None = next(
-            (s for s in config.shares if s.name.lower() == share.lower()), None
-        )
-        if found is None:
-            found = self._stored(share, config).share
-        shared = _find(found, schema, table)
+    def check(self, name: str) -> Sequence[TableReport]:
+        """The `lakeshare check` report of every table of the share (file or store)."""
+        share = self._any_share(name)
+        tables = [
+            SharedTable(share.name, schema.name, table.name, table)
+            for schema in share.schemas
+            for table in schema.tables
+        ]
+        return check_tables(self._tables, tables, timeout_seconds=self._check_seconds)
+
+    def check_table(self, share: str, schema: str, table: str) -> dict[str, Any]:
+        """One table of either source checked now (`lakeshare check`'s report)."""
+        shared = _find(self._any_share(share), schema, table)
         [report] = check_tables(self._tables, [shared], timeout_seconds=self._check_seconds)
         return {"table": table_json(shared.config), "check": report.to_json()}
+
+    def _any_share(self, name: str) -> ShareConfig:
+        config = self._config()
+        found = next((s for s in config.shares if s.name.lower() == name.lower()), None)
+        return found if found is not None else self._stored(name, config).share
 
     # -- writes ----------------------------------------------------------------------------
 
