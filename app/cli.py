@@ -171,6 +171,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(config_path)
     except ConfigError as exc:
         return _fail(f"invalid configuration: {exc}", 2)
+    started = config  # the file as loaded: what a reload compares with (app.reload)
     configure_logging(config.log_level)
     from app.metrics_dir import prepare_metrics_dir
 
@@ -217,9 +218,10 @@ def _serve(args: argparse.Namespace) -> int:
         _announce(config, config_path, base_url, demo)
         if workers == 1:
             _check_in_background(app, config)
+            _reload_live(app, config_path, started)
             return _run(app, sock, ssl_options, config.limits)
         del app  # each worker builds its own, after the fork
-        return _run_workers(config, workers, sock, ssl_options)
+        return _run_workers(config, workers, sock, ssl_options, (config_path, started))
 
 
 def _check_in_background(app: Any, config: ServerConfig) -> None:
@@ -229,8 +231,23 @@ def _check_in_background(app: Any, config: ServerConfig) -> None:
     log_reports_in_background(app.state.tables, config, timeout_seconds=STARTUP_CHECK_SECONDS)
 
 
+def _reload_live(app: Any, path: Path, started: ServerConfig) -> None:
+    """Reload the configuration file on SIGHUP and when it changes (app.reload)."""
+    from app.reload import ConfigReloader
+
+    reloader = ConfigReloader(app, path, started)
+    reloader.install_signal_handler()
+    reloader.start()
+    app.state.reloader = reloader
+    app.state.readiness.add_detail("configuration", reloader.describe)
+
+
 def _run_workers(
-    config: ServerConfig, workers: int, sock: socket.socket, ssl_options: dict[str, Any]
+    config: ServerConfig,
+    workers: int,
+    sock: socket.socket,
+    ssl_options: dict[str, Any],
+    source: tuple[Path, ServerConfig],
 ) -> int:
     """N processes serving `sock` (app.workers); the first one also checks the tables at
     start-up, which writes their snapshots to the shared cache for the others to map."""
@@ -241,6 +258,7 @@ def _run_workers(
         app = create_app(config)
         if index == 0:
             _check_in_background(app, config)
+        _reload_live(app, *source)
         return _run(app, sock, ssl_options, config.limits)
 
     print(f"Worker processes: {workers}")

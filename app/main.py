@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI, Request
 
 from app.audit import AuditTrail
 from app.auth import require_bearer_token
+from app.console import build_console
 from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware, gate_for
 from app.metrics import Metrics
@@ -120,6 +121,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
+    if metrics is not None:
+        metrics.catalog_changed(app.state.catalog.current().shares)
+        app.state.catalog.on_change(lambda catalog: metrics.catalog_changed(catalog.shares))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
     recipients_store = app.state.recipients.store
@@ -170,7 +174,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     admin_app = build_admin_app(config, app.state.recipients, app.state.shares)
     if admin_app is not None:
-        app.mount(config.admin.prefix if config.admin else "/admin", admin_app)
+        admin_prefix = config.admin.prefix if config.admin else "/admin"
+        # The console (app.console) first: its prefix lies under the admin API's.
+        console = build_console(
+            config, app.state.recipients, app.state.shares, admin_app.state.admin_token_hash
+        )
+        app.mount(admin_prefix + "/console", console)
+        app.mount(admin_prefix, admin_app)
 
     install_error_handlers(app)
     # Inside the timeout and request id; the version and query routes admit themselves.

@@ -19,6 +19,7 @@ import os
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
     multiprocess,
@@ -29,7 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from app.middleware import RequestRecord
 from deltalog import events
 from sharing.catalog import SharedTable
-from sharing.config import ServerConfig
+from sharing.config import ServerConfig, ShareConfig
 
 __all__ = ["CONTENT_TYPE_LATEST", "OTHER", "Metrics", "multiprocess_mode"]
 
@@ -58,10 +59,10 @@ _RequestChildren = tuple[Counter, Histogram, Counter, tuple[str, str, str]]
 class _Names:
     """Configured names by their case-insensitive key (lookups are case-insensitive)."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, shares: tuple[ShareConfig, ...]) -> None:
         self.shares: dict[str, str] = {}
         self.tables: dict[tuple[str, str, str], tuple[str, str, str]] = {}
-        for share in config.shares:
+        for share in shares:
             self.shares[share.name.lower()] = share.name
             for schema in share.schemas:
                 for table in schema.tables:
@@ -92,7 +93,7 @@ class Metrics:
 
     def __init__(self, config: ServerConfig, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._names = _Names(config)
+        self._names = _Names(config.shares)
         reg = self.registry
         self.requests = Counter(
             "lakeshare_http_requests",
@@ -177,6 +178,20 @@ class Metrics:
             "ERROR).",
             registry=reg,
         )
+        self.config_reloads = Counter(
+            "lakeshare_config_reloads",
+            "Reloads of the configuration file (SIGHUP or a change of the file), by result: "
+            "ok, or failed (the previous configuration keeps serving).",
+            ["result"],
+            registry=reg,
+        )
+        self.config_reload_failed = Gauge(
+            "lakeshare_config_reload_failed",
+            "1 while a process serves its previous configuration because the last reload "
+            "of the file failed (the reason is logged and in /readyz).",
+            registry=reg,
+            multiprocess_mode="livemax",
+        )
         self._request_children: dict[tuple[object, ...], _RequestChildren] = {}
         self._snapshot_children: dict[tuple[str, str, str, str], Counter] = {}
         self._cache_hits: Counter | None = None  # made on the first hit (no 0 series before)
@@ -244,6 +259,14 @@ class Metrics:
             return
         self.snapshot_cache.labels("miss").inc()
         self.snapshot_load.labels(source).observe(seconds)
+
+    def catalog_changed(self, shares: tuple[ShareConfig, ...]) -> None:
+        """Shares and tables of the live catalog get their own labels."""
+        self._names = _Names(shares)
+
+    def config_reloaded(self, ok: bool) -> None:
+        self.config_reloads.labels("ok" if ok else "failed").inc()
+        self.config_reload_failed.set(0 if ok else 1)
 
     def refusal_unrecorded(self) -> None:
         self.refusals_unrecorded.inc()

@@ -31,10 +31,19 @@ class Readiness:
         self.timeout_seconds = timeout_seconds
         self.started = False
         self._checks: dict[str, Check] = {}
+        self._details: dict[str, Callable[[], str]] = {}
 
     def add(self, name: str, check: Check) -> None:
         """`check()` raises (or times out) when `name` is not ready."""
         self._checks[name] = check
+
+    def add_detail(self, name: str, describe: Callable[[], str]) -> None:
+        """`describe()` is shown under `details` in every answer without deciding
+        readiness (e.g. a failed configuration reload: the previous one still serves)."""
+        self._details[name] = describe
+
+    def details(self) -> dict[str, str]:
+        return {name: describe() for name, describe in self._details.items()}
 
     async def report(self) -> tuple[bool, dict[str, str]]:
         """(ready, check name -> `ok` or a short reason). Reasons name no secret and no

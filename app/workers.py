@@ -46,7 +46,9 @@ WORKER_EXITED: list[Callable[[int], None]] = []
 # A worker that dies sooner than this after starting is failing to start, not crashing:
 # the server stops instead of restarting it in a loop.
 MIN_UPTIME_SECONDS = 5.0
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Passed on to every worker, which reloads its configuration (app.reload).
+RELOAD_SIGNAL = signal.SIGHUP
 
 
 def available_cores() -> int:
@@ -77,11 +79,13 @@ def default_snapshot_cache_dir() -> Path:
 
 def run_workers(count: int, run_worker: Callable[[int], int]) -> int:
     """Run `run_worker(index)` in `count` forked processes until the supervisor is told to
-    stop (SIGTERM, SIGINT, SIGHUP), which it passes on as SIGTERM (each worker's uvicorn
-    then finishes its requests). A worker that exits while the server runs is restarted,
-    unless it exited by itself within `MIN_UPTIME_SECONDS` of starting (it cannot start):
-    then all stop and the result is 1. Call it before starting any thread: forking
-    copies only the calling thread."""
+    stop (SIGTERM, SIGINT), which it passes on as SIGTERM (each worker's uvicorn then
+    finishes its requests). SIGHUP is passed on as it is: each worker reloads its
+    configuration (app.reload); a worker ignores it until its reloader is in place. A
+    worker that exits while the server runs is restarted, unless it exited by itself
+    within `MIN_UPTIME_SECONDS` of starting (it cannot start): then all stop and the
+    result is 1. Call it before starting any thread: forking copies only the calling
+    thread."""
     for hook in BEFORE_FORK:
         hook(count)
     stopping = False
@@ -97,7 +101,14 @@ def run_workers(count: int, run_worker: Callable[[int], int]) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
+    def reload(signum: int, frame: FrameType | None) -> None:
+        log.info("reloading the configuration in %d worker(s)", len(started))
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, RELOAD_SIGNAL)
+
     previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+    previous[RELOAD_SIGNAL] = signal.signal(RELOAD_SIGNAL, reload)
     try:
         for index in range(count):
             pid = _spawn(index, run_worker)
@@ -143,6 +154,7 @@ def _spawn(index: int, run_worker: Callable[[int], int]) -> int:
     try:
         for sig in _STOP_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(RELOAD_SIGNAL, signal.SIG_IGN)  # until the worker's reloader is set
         # Its own process group: a terminal's Ctrl+C reaches the supervisor only, which
         # stops each worker once (a second signal would make uvicorn drop connections).
         os.setpgid(0, 0)

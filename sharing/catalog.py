@@ -10,6 +10,7 @@ edited by hand — is rejected with `invalid 'nextPageToken'`.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,23 +107,42 @@ class Catalog:
         self._shares: tuple[ShareConfig, ...] = shares
         self._by_name = {share.name.lower(): share for share in shares}
         self._tokens = tokens or TokenCodec(config.signing_secret)
-        self._views: dict[tuple[frozenset[str], Viewer | None], Catalog] = {}
+        self._grants: dict[frozenset[str], Catalog] = {}
+        self._views: dict[tuple[frozenset[str], Viewer], Catalog] = {}
 
     def visible_to(self, shares: frozenset[str], viewer: Viewer | None = None) -> Catalog:
         """The catalog restricted to `shares` (lower-case names; "*" = every share) as
-        `viewer` sees it. Views are cached per grant set and viewer."""
-        if "*" in shares and viewer is None:
-            return self
+        `viewer` sees it. Views are cached per grant set (many recipients share a few), and
+        per viewer as a shallow copy of its grant set's view (O(1) to make, so thousands of
+        recipients cycling through the bounded cache cost no rebuild of share lookups)."""
+        granted = self if "*" in shares else self._granted(shares)
+        if viewer is None:
+            return granted
         key = (shares, viewer)
         view = self._views.get(key)
         if view is None:
             if len(self._views) >= _MAX_VIEWS:
                 self._views.clear()
-            visible = None if "*" in shares else shares
-            view = Catalog(
-                self._config, self._tokens, shares=self._all, visible=visible, viewer=viewer
-            )
+            view = granted._seen_by(viewer)
             self._views[key] = view
+        return view
+
+    def _granted(self, shares: frozenset[str]) -> Catalog:
+        view = self._grants.get(shares)
+        if view is None:
+            if len(self._grants) >= _MAX_VIEWS:
+                self._grants.clear()
+            view = Catalog(self._config, self._tokens, shares=self._all, visible=shares)
+            self._grants[shares] = view
+        return view
+
+    def _seen_by(self, viewer: Viewer) -> Catalog:
+        """This view as `viewer` sees it: the same shares, its own bound filters."""
+        view = copy.copy(self)
+        view._viewer = viewer
+        view._bound = {}
+        view._grants = {}
+        view._views = {}
         return view
 
     def _bound_filter(self, table: TableConfig) -> BoundFilter | None:

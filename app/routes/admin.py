@@ -21,31 +21,23 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from app import issuing
 from app.audit import attribute_to, refused
 from app.errors import install_error_handlers
 from app.responses import JsonResponse
 from app.swagger_page import install_swagger_page
 from sharing.config import ServerConfig
-from sharing.errors import Forbidden, InvalidParameter
-from sharing.recipients.activation import create_link
+from sharing.errors import Forbidden
 from sharing.recipients.audit import query_events
 from sharing.recipients.directory import ADMIN_RECIPIENT, Challenge
 from sharing.recipients.hashing import hash_token, token_matches
 from sharing.recipients.model import CredentialType
-from sharing.recipients.names import InvalidValue, parse_duration, parse_instant
-from sharing.recipients.profiles import (
-    endpoint_url,
-    is_loopback_host,
-    local_only_warning,
-    profile_for,
-    served_endpoint,
-)
+from sharing.recipients.names import InvalidValue, parse_instant
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
 from sharing.recipients.runtime import Recipients
 from sharing.recipients.views import recipient_json
 from sharing.shares.admin import ShareAdmin, TableRefused
-from sharing.store.clock import now_ms
 
 __all__ = ["build_admin_app"]
 
@@ -176,32 +168,10 @@ Repository = Annotated[RecipientRepository, Depends(_repository)]
 Shares = Annotated[ShareAdmin, Depends(_shares)]
 
 
-def _ms_in(duration: str | None) -> int | None:
-    return None if not duration else now_ms() + parse_duration(duration) * 1000
-
-
 def _endpoint(request: Request, override: str | None) -> tuple[str, str]:
-    """The endpoint a profile or link names, and a warning when it reaches this machine only.
-    As `lakeshare recipients`: the body's `endpoint`, else `publicUrl`, else the URL the admin
-    reached the server at — refused when that is a loopback address of a server listening on
-    other interfaces too (the recipient would be handed an address of their own machine)."""
+    """The endpoint a profile or link names (app.issuing.profile_endpoint)."""
     config: ServerConfig = request.app.state.config
-    if override or config.public_url:
-        return endpoint_url(config, override), ""
-    root = str(request.scope.get("root_url") or request.base_url)
-    prefix = request.app.state.admin_prefix
-    base = root.rstrip("/")
-    if base.endswith(prefix):
-        base = base[: -len(prefix)]
-    endpoint = served_endpoint(config, base)
-    warning = local_only_warning(endpoint)
-    if warning and not is_loopback_host(config.host):
-        raise InvalidValue(
-            f"this request reached the server at a loopback address, so the profile would "
-            f"name {endpoint}, which a recipient cannot reach; set 'publicUrl' in the "
-            'configuration or give "endpoint" in the request body'
-        )
-    return endpoint, warning
+    return issuing.profile_endpoint(request, config, request.app.state.admin_prefix, override)
 
 
 def _warned(answer: dict[str, Any], warning: str) -> dict[str, Any]:
@@ -244,54 +214,33 @@ def build_admin_app(
     def create_recipient(
         request: Request, body: CreateRecipient, repository: Repository
     ) -> JsonResponse:
-        expires = (
-            int(parse_instant(body.recipientExpires).timestamp() * 1000)
-            if body.recipientExpires
-            else None
-        )
         endpoint, warning = _endpoint(request, body.endpoint)
-        if body.activationLink:
-            if body.type is not CredentialType.BEARER:
-                raise InvalidParameter("activation links serve bearer-token profiles only")
-            recipient, _ = repository.create(
-                body.name,
-                body.shares,
-                credential_type=None,
-                expires_at=expires,
-                ip_allow_list=body.ipAllowList,
-                comment=body.comment,
-                properties=body.properties,
-            )
-            url = create_link(
-                repository,
-                recipient.name,
-                endpoint,
-                credential_expires_at=_ms_in(body.expiresIn),
-            )
-            log.info("admin: created recipient %s (activation link)", recipient.name)
-            answer = {"recipient": recipient_json(recipient), "activationUrl": url}
-            return JsonResponse(_warned(answer, warning), status_code=201)
-        recipient, issued = repository.create(
-            body.name,
-            body.shares,
+        issued = issuing.create_recipient(
+            repository,
+            config,
+            endpoint,
+            name=body.name,
+            shares=body.shares,
             credential_type=body.type,
-            expires_at=expires,
-            credential_expires_at=_ms_in(body.expiresIn),
+            expires_in=body.expiresIn,
+            recipient_expires=body.recipientExpires,
             ip_allow_list=body.ipAllowList,
             comment=body.comment,
             public_key=body.publicKey,
             key_id=body.keyId,
+            activation_link=body.activationLink,
+            profile_version=body.profileVersion,
             properties=body.properties,
         )
-        assert issued is not None
-        log.info("admin: created recipient %s", recipient.name)
-        profile = profile_for(
-            issued, recipient.name, endpoint, version=body.profileVersion, config=config
-        )
+        answer: dict[str, Any] = {"recipient": recipient_json(issued.recipient)}
+        if issued.activation_url is not None:
+            log.info("admin: created recipient %s (activation link)", issued.recipient.name)
+            answer["activationUrl"] = issued.activation_url
+            return JsonResponse(_warned(answer, warning), status_code=201)
+        log.info("admin: created recipient %s", issued.recipient.name)
+        answer["profile"] = issued.profile
         return JsonResponse(
-            _warned({"recipient": recipient_json(recipient), "profile": profile}, warning),
-            status_code=201,
-            headers={"Cache-Control": "no-store"},
+            _warned(answer, warning), status_code=201, headers={"Cache-Control": "no-store"}
         )
 
     @app.get("/recipients/{name}", summary="A recipient and its credentials (no secrets)")
@@ -331,18 +280,18 @@ def build_admin_app(
     )
     def rotate(request: Request, name: str, body: Rotate, repository: Repository) -> JsonResponse:
         endpoint, warning = _endpoint(request, body.endpoint)
-        issued = repository.rotate(
+        issued = issuing.rotate_credential(
+            repository,
+            config,
+            endpoint,
             name,
-            grace_seconds=parse_duration(body.grace),
+            grace=body.grace,
             credential_type=body.type,
-            expires_at=_ms_in(body.expiresIn),
-        )
-        recipient = repository.require(name)
-        profile = profile_for(
-            issued, recipient.name, endpoint, version=body.profileVersion, config=config
+            expires_in=body.expiresIn,
+            profile_version=body.profileVersion,
         )
         return JsonResponse(
-            _warned({"profile": profile}, warning), headers={"Cache-Control": "no-store"}
+            _warned({"profile": issued.profile}, warning), headers={"Cache-Control": "no-store"}
         )
 
     @app.post("/recipients/{name}/disable", summary="Cut a recipient off")

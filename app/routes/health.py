@@ -42,14 +42,17 @@ async def healthz() -> JsonResponse:
 async def readyz(request: Request) -> JsonResponse:
     readiness: Readiness = request.app.state.readiness
     ready, checks = await readiness.report()
+    details = readiness.details()
+    extra = {"details": details} if details else {}
     if ready:
-        return JsonResponse({"status": "ready", "checks": checks})
+        return JsonResponse({"status": "ready", "checks": checks, **extra})
     failing = ", ".join(f"{name}: {state}" for name, state in checks.items() if state != "ok")
     return JsonResponse(
         {
             "errorCode": "TEMPORARILY_UNAVAILABLE",
             "message": f"Not ready ({failing}).",
             "checks": checks,
+            **extra,
         },
         status_code=503,
     )

@@ -48,6 +48,7 @@ from sharing.config.values import (
     Required,
     Section,
     Sections,
+    TableId,
     Text,
     as_text,
     check,
@@ -117,7 +118,7 @@ class TableConfig(Section):
 
     name: Annotated[Name, Required("'name' in a table must be provided")]
     location: Annotated[Text, Required("'location' in a table must be provided")]
-    id: Text = ""  # empty: the loader sets default_table_id(share, schema, name)
+    id: TableId = ""  # empty: the loader sets default_table_id(share, schema, name)
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
     comment: Text = ""  # the provider's note; never sent to recipients
@@ -631,6 +632,9 @@ class ServerConfig(Section):
     strict: Boolean = False
     async_query_state_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
     async_query_ttl_seconds: Positive = 3600
+    # How often each worker checks the configuration file for a change to reload (0: only
+    # on SIGHUP). app.reload.
+    config_reload_poll_seconds: NonNegative = 5
     # Worker processes of `lakeshare serve` (0: one per CPU core; the demo: 1).
     workers: NonNegative = 0
     # Shared memory-mapped snapshot files (deltalog.snapshot_store); unset: `lakeshare

@@ -21,6 +21,7 @@ from sharing.config.context import LoadContext
 from sharing.config.errors import Problem
 
 __all__ = [
+    "MAX_NAME_CHARS",
     "BearerToken",
     "Boolean",
     "Integer",
@@ -32,6 +33,7 @@ __all__ = [
     "Required",
     "Section",
     "Sections",
+    "TableId",
     "Text",
     "as_boolean",
     "as_text",
@@ -164,7 +166,22 @@ def _url_segment(name: str) -> str:
     return name
 
 
-Name = Annotated[str, BeforeValidator(as_text), AfterValidator(_url_segment)]
+MAX_NAME_CHARS = 255
+"""Share, schema and table names, and table ids, are stored in columns of this length (the
+state store's grants, store shares, async queries): a longer one could be configured but
+not granted, stored or queried asynchronously."""
+
+
+def _stored_length(value: str) -> str:
+    if len(value) > MAX_NAME_CHARS:
+        raise Problem(f"must be at most {MAX_NAME_CHARS} characters, got {len(value)}")
+    return value
+
+
+Name = Annotated[
+    str, BeforeValidator(as_text), AfterValidator(_url_segment), AfterValidator(_stored_length)
+]
+TableId = Annotated[str, BeforeValidator(as_text), AfterValidator(_stored_length)]
 
 
 def _bearer_token(token: str) -> str:

@@ -7,9 +7,10 @@ bounds, `first_row_id`), deletion vectors as Puffin blobs in delete manifests.
 
 Versions and snapshots. The history starts at a base version: with `historyShared`, the
 later of the table's `startVersion` and the earliest version its log can still
-reconstruct; without, the requested version alone. Delta version v is the snapshot with
-id v + 1 and sequence number v + 1 (ids and sequence numbers must be positive), committed
-at v's commit timestamp (the same timeline the Delta Sharing routes use).
+reconstruct; without, the latest version alone (an older one is time travel, refused).
+Delta version v is the snapshot with id v + 1 and sequence number v + 1 (ids and sequence
+numbers must be positive), committed at v's commit timestamp (the same timeline the Delta
+Sharing routes use).
 
 Incremental generation. The base version is written from its snapshot; every later one
 from its predecessor's generated files: the Delta snapshots of v - 1 and v are compared
@@ -27,8 +28,12 @@ sequence-number mapping above). Other tables get row ids assigned here in file o
 Rows whose ids Delta materialized in a hidden column (after an update on a row-tracking
 table) are not mapped yet: their `_row_id` is the default one.
 
-Not yet (the catalog's next steps): recipient partition filters (the generated files are
-the whole table), data file locations for Azure, pruning old generated versions.
+A recipient's partition filter (`SharedTable.partition_filter`, sharing.slices) selects the
+files of every version with `visible_files`, the rule every door applies, and the bound
+filter's key is part of the cache identity: each distinct bound filter has its own files.
+
+Not yet (the catalog's next steps): data file locations for Azure, pruning old generated
+versions.
 """
 
 from __future__ import annotations
@@ -56,13 +61,14 @@ from deltalog.schema import DecimalType, column_mapping_mode, parse_schema
 from deltalog.snapshot_store import table_identity
 from deltalog.storage.kinds import StorageKind
 from sharing.catalog import SharedTable
-from sharing.errors import Forbidden, InvalidParameter, UnsupportedOperation
+from sharing.errors import InvalidParameter, UnsupportedOperation
 from sharing.iceberg import avro_files as av
 from sharing.iceberg.files import TableFiles, write_once
 from sharing.iceberg.puffin import DeletionVectorBlob, puffin_file
 from sharing.iceberg.schema import ConvertedSchema, convert_schema, ids_of
 from sharing.iceberg.values import file_bounds, partition_value, string_prefix_length
-from sharing.tables import TableService
+from sharing.slices import BoundFilter, visible_files
+from sharing.tables import TableService, require_history
 
 log = logging.getLogger(__name__)
 
@@ -103,16 +109,12 @@ class IcebergMetadata:
     def generate(self, shared: SharedTable, version: int | None = None) -> GeneratedVersion:
         """The metadata of `shared` at `version` (None: the latest), generated if needed.
         Versions before the shared history are the Delta Sharing routes' 400. A table
-        this recipient sees a slice of (sharing.slices) is refused: the metadata cached
-        here is per table version, not per bound filter, and lists every file."""
-        if shared.partition_filter is not None:
-            raise Forbidden(
-                f"Table {shared.full_name} is shared with a partition filter, which the "
-                "Iceberg view does not apply yet: read it through the Delta Sharing APIs."
-            )
+        this recipient sees a slice of (sharing.slices) lists only the slice's files,
+        generated and cached per bound filter."""
         if version is None:
-            snapshot = self.tables.latest(shared)
-            version = snapshot.version
+            version = self.tables.latest(shared).version
+        elif not shared.config.history_shared and version != self.tables.latest(shared).version:
+            require_history(shared)  # an older version is time travel: the routes' 400
         start = shared.config.start_version
         if version < start:
             raise InvalidParameter(f"You can only query table data since version {start}.")
@@ -130,6 +132,9 @@ class IcebergMetadata:
             base = version
         current = self.tables.at_version(shared, version)
         identity = f"{table_identity(current.storage, current.table_root)}|{current.metadata.id}"
+        if shared.slice_key:
+            # A recipient's partition filter selects files: its own generated files.
+            identity = f"{identity}|slice:{shared.slice_key}"
         files = TableFiles(self.directory, identity, base)
         path = files.metadata_path(version)
         if not path.exists():
@@ -156,7 +161,9 @@ class IcebergMetadata:
         for v in range(first, version + 1):
             snapshot = self.tables.at_version(shared, v)
             with self.tables.errors(shared):
-                metadata = _Step(files, metadata, previous, snapshot).write()
+                metadata = _Step(
+                    files, metadata, previous, snapshot, shared.partition_filter
+                ).write()
             previous = snapshot
         assert metadata is not None
         write_once(files.metadata_path(version), orjson.dumps(metadata, option=orjson.OPT_INDENT_2))
@@ -183,8 +190,10 @@ class _Step:
         previous_metadata: dict[str, Any] | None,
         previous: deltalog.Snapshot | None,
         snapshot: deltalog.Snapshot,
+        bound: BoundFilter | None = None,
     ) -> None:
         self.files = files
+        self.bound = bound
         self.prev = previous_metadata
         self.previous = previous
         self.snapshot = snapshot
@@ -213,8 +222,9 @@ class _Step:
         schemas, schema_id = self._schemas(converted)
         specs, spec_id, spec_fields, last_partition_id = self._spec(converted)
         prev_next_row_id = int(prev["next-row-id"]) if prev else 0
-        cur = self.snapshot.files
-        old = self.previous.files if self.previous is not None else None
+        cur = self._visible(self.snapshot)
+        old = self._visible(self.previous) if self.previous is not None else None
+        self._old = old
         plan = _diff(old, cur)
         self._converted = converted
         self._decimal_stats = any(
@@ -284,6 +294,11 @@ class _Step:
             next_row_id,
         )
         return metadata
+
+    def _visible(self, snapshot: deltalog.Snapshot) -> pa.Table:
+        """The files of `snapshot` the recipient's partition filter lets through (the one
+        rule every door applies: sharing.slices)."""
+        return visible_files(snapshot.files, snapshot.metadata, self.bound)
 
     # -- schema and partition spec -------------------------------------------------------
 
@@ -551,7 +566,8 @@ class _Step:
     def _carry_over(self, prev: dict[str, Any], plan: _Plan) -> list[dict[str, Any]]:
         """The previous snapshot's manifests, rewritten where a file left."""
         assert self.previous is not None
-        old = self.previous.files.select(["path"])
+        assert self._old is not None
+        old = self._old.select(["path"])
         gone_data = {
             self._location(p) for p in old.column("path").take(plan.data_removed).to_pylist()
         }

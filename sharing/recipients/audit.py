@@ -80,22 +80,28 @@ class AuditEvent:
         """The store row: every text within its column, every integer within its type."""
         row = {k: getattr(self, k) for k in _FIELDS}  # scalars: no deep copy (asdict)
         row["table_name"] = row.pop("table")
-        for key, limit in _TEXT_LIMITS.items():
+        for key, limit in _TEXT_LIMITS:
             value = row[key]
-            if value is not None:
+            # The usual value (short ASCII text without NUL) is kept as it is, unexamined.
+            if value is not None and not (
+                type(value) is str
+                and len(value) <= limit
+                and value.isascii()
+                and "\x00" not in value
+            ):
                 row[key] = bounded_text(value, limit)
-        for key, bounds in _INTEGER_BOUNDS.items():
+        for key, (low, high) in _INTEGER_BOUNDS:
             value = row[key]
-            if value is not None:
-                row[key] = clamped(int(value), bounds)
+            if value is not None and not (type(value) is int and low <= value <= high):
+                row[key] = clamped(int(value), (low, high))
         return row
 
 
 _FIELDS = tuple(field.name for field in fields(AuditEvent))
 FILE_PATH_LIMIT = 1000
 """How much of a signed file download's path a record keeps (the `file` column is TEXT)."""
-_TEXT_LIMITS = text_limits(t.audit_events, {"file": FILE_PATH_LIMIT})
-_INTEGER_BOUNDS = {k: v for k, v in integer_bounds(t.audit_events).items() if k != "id"}
+_TEXT_LIMITS = tuple(text_limits(t.audit_events, {"file": FILE_PATH_LIMIT}).items())
+_INTEGER_BOUNDS = tuple((k, v) for k, v in integer_bounds(t.audit_events).items() if k != "id")
 _SAFE_KEYS = ("at", "operation", "status", "reason", "request_id")
 
 
@@ -239,13 +245,16 @@ def query_events(
     recipient: str | None = None,
     claimed: str | None = None,
     share: str | None = None,
+    table: str | None = None,
     since: int | None = None,
+    until: int | None = None,
     failed: bool = False,
     limit: int = 1000,
 ) -> list[AuditEvent]:
     """The newest `limit` records matching the filters, oldest first. `recipient`: records
     verified to come from that recipient; `claimed`: refusals of requests that claimed to be
-    that recipient without proof; `failed`: only refused authentications."""
+    that recipient without proof; `failed`: only refused authentications; `since`/`until`:
+    times in ms (until excluded)."""
     events_table = t.audit_events
     query = select(events_table)
     if failed:
@@ -256,8 +265,12 @@ def query_events(
         query = query.where(events_table.c.claimed_recipient == claimed.lower())
     if share:
         query = query.where(events_table.c.share == share)
+    if table:
+        query = query.where(events_table.c.table_name == table)
     if since is not None:
         query = query.where(events_table.c.at >= since)
+    if until is not None:
+        query = query.where(events_table.c.at < until)
     query = query.order_by(events_table.c.at.desc(), events_table.c.id.desc()).limit(limit)
     with store.read() as connection:
         rows = list(connection.execute(query).mappings())

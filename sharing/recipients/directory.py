@@ -462,7 +462,20 @@ class RecipientDirectory:
                 self._seen_counter = counter
             self._checked_at = now
 
+    def reload_config(self, config: ServerConfig) -> None:
+        """Serve the recipients of a reloaded configuration (its shares may be granted,
+        its names are reserved); logins remembered from the previous one are forgotten."""
+        self._load_config(config)
+        if self.repository is not None:
+            self.repository.set_known_shares(s.name for s in config.shares)
+            self.repository.set_reserved_names(self._config_recipients)
+        self.logins.forget_all()
+
     def _load_config(self, config: ServerConfig) -> None:
+        """The configuration's recipients and credentials, built aside then put in place."""
+        recipients: dict[str, Recipient] = {}
+        tokens: dict[str, _Entry] = {}
+        basic: dict[str, list[_Entry]] = {}
         if config.authorization is not None:
             recipient = Recipient(
                 name=BEARER_TOKEN_RECIPIENT,
@@ -475,8 +488,8 @@ class RecipientDirectory:
                 type=CredentialType.BEARER,
                 secret_hash=hash_token(config.authorization.bearer_token),
             )
-            self._config_recipients[recipient.name] = recipient
-            self._config_tokens[credential.secret_hash or ""] = (credential, recipient)
+            recipients[recipient.name] = recipient
+            tokens[credential.secret_hash or ""] = (credential, recipient)
         for entry in config.recipients:
             name = recipient_name(entry.name)
             recipient = Recipient(
@@ -489,7 +502,7 @@ class RecipientDirectory:
                 source=RecipientSource.CONFIG,
                 properties=recipient_properties(dict(entry.properties)),
             )
-            self._config_recipients[name] = recipient
+            recipients[name] = recipient
             for index, item in enumerate(entry.credentials):
                 credential_id = f"config-{name}-{index}"
                 expires = _instant_ms(item.expires)
@@ -506,7 +519,7 @@ class RecipientDirectory:
                         secret_hash=secret if is_password_hash(secret) else None,
                         expires_at=expires,
                     )
-                    self._config_basic.setdefault(name, []).append((credential, recipient))
+                    basic.setdefault(name, []).append((credential, recipient))
                 else:
                     digest = hash_token(item.token) if item.token else (item.token_hash or "")
                     if not is_token_hash(digest):
@@ -518,7 +531,10 @@ class RecipientDirectory:
                         secret_hash=digest,
                         expires_at=expires,
                     )
-                    self._config_tokens[digest] = (credential, recipient)
+                    tokens[digest] = (credential, recipient)
+        self._config_basic = basic
+        self._config_tokens = tokens
+        self._config_recipients = recipients
 
 
 def _basic_pair(value: str) -> tuple[str, str] | None:

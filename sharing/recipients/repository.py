@@ -428,6 +428,10 @@ class RecipientRepository:
         """The configuration file's shares (after a reload)."""
         self._known = {s.lower() for s in names}
 
+    def set_reserved_names(self, names: Iterable[str]) -> None:
+        """The configuration file's recipient names (after a reload)."""
+        self._reserved = {n.lower() for n in names}
+
     def _checked_shares(self, shares: Iterable[str]) -> list[str]:
         granted: list[str] = []
         known = self._known

@@ -14,7 +14,7 @@ Answers are JSON-ready mappings (camelCase), the same for every caller.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sharing.catalog import SharedTable
@@ -122,6 +122,19 @@ class ShareAdmin:
                 return _share_json(share, "config")
         stored = self._stored(name, config)
         return _share_json(stored.share, "store", stored.comment)
+
+    def check(self, name: str) -> Sequence[TableReport]:
+        """The `lakeshare check` report of every table of the share (file or store)."""
+        config = self._config()
+        share = next((s for s in config.shares if s.name.lower() == name.lower()), None)
+        if share is None:
+            share = self._stored(name, config).share
+        tables = [
+            SharedTable(share.name, schema.name, table.name, table)
+            for schema in share.schemas
+            for table in schema.tables
+        ]
+        return check_tables(self._tables, tables, timeout_seconds=self._check_seconds)
 
     # -- writes ----------------------------------------------------------------------------
 

@@ -29,11 +29,12 @@ from sharing.shares.repository import COUNTER, ShareRepository
 from sharing.slices import Viewer
 from sharing.tokens import TokenCodec
 
-__all__ = ["LiveCatalog", "RemovedListener"]
+__all__ = ["ChangeListener", "LiveCatalog", "RemovedListener"]
 
 log = logging.getLogger("lakeshare.catalog")
 
 RemovedListener = Callable[[list[SharedTable], Catalog], None]
+ChangeListener = Callable[[Catalog], None]
 
 
 class LiveCatalog:
@@ -54,6 +55,7 @@ class LiveCatalog:
         self._clock = clock
         self._lock = threading.Lock()
         self._listeners: list[RemovedListener] = []
+        self._change_listeners: list[ChangeListener] = []
         self._seen: int | None = None
         self._checked_at = float("-inf")
         self._store_shares: tuple[ShareConfig, ...] = ()
@@ -107,6 +109,10 @@ class LiveCatalog:
     def on_removed(self, listener: RemovedListener) -> None:
         self._listeners.append(listener)
 
+    def on_change(self, listener: ChangeListener) -> None:
+        """`listener(catalog)` after every rebuild that changed what is served."""
+        self._change_listeners.append(listener)
+
     # -- changes -----------------------------------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> bool:
@@ -127,18 +133,25 @@ class LiveCatalog:
             self._reload_store(counter)
             return self._rebuild()
 
+    def check_config(self, config: ServerConfig) -> None:
+        """ConfigError when a share of `config` has the name of a store share."""
+        conflicts = self._conflicts(config.shares, self._store_shares)
+        if conflicts:
+            raise ConfigError(
+                f"share(s) {', '.join(conflicts)} of the file also exist in the store "
+                "(`lakeshare shares`); remove one of them",
+                "shares",
+            )
+
     def set_config(self, config: ServerConfig) -> bool:
-        """Serve a reloaded configuration's shares; ConfigError (nothing changed) when one
-        of its shares has the name of a store share. True when the catalog changed."""
+        """Serve a reloaded configuration's shares (and validate the store's entries
+        against its storage profiles); ConfigError (nothing changed) when one of its
+        shares has the name of a store share. True when the catalog changed."""
         with self._lock:
-            conflicts = self._conflicts(config.shares, self._store_shares)
-            if conflicts:
-                raise ConfigError(
-                    f"share(s) {', '.join(conflicts)} of the file also exist in the store "
-                    "(`lakeshare shares`); remove one of them",
-                    "shares",
-                )
+            self.check_config(config)
             self._config = config
+            if self.repository is not None:
+                self._reload_store(self.repository.store.counter(COUNTER))
             return self._rebuild()
 
     # -- the background refresh ------------------------------------------------------------
@@ -192,6 +205,12 @@ class LiveCatalog:
         after = {_identity(t) for t in catalog.tables()}
         removed = [table for key, table in before.items() if key not in after]
         changed = previous.shares != catalog.shares
+        if changed:
+            for on_change in self._change_listeners:
+                try:
+                    on_change(catalog)
+                except Exception:
+                    log.exception("a catalog change listener failed")
         if removed:
             log.info(
                 "catalog: %d table(s) removed or changed: %s",

@@ -24,12 +24,13 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from sqlalchemy import insert
 
 from app.cli import main as cli
 from sharing.config import load_config
 from sharing.recipients.audit import AuditEvent, insert_events
 from sharing.recipients.hashing import hash_token
-from sharing.store import open_store
+from sharing.store import open_store, schema
 from tests.support.corpus import CORPUS
 from tests.support.postgres import store_url
 from tests.support.recipients import create_recipient, recipients_cli
@@ -235,7 +236,7 @@ def test_a_revoked_oauth_credentials_refusals_are_listed_under_its_recipient(
     assert secret not in json.dumps(failed + claims)
 
 
-def test_audit_into_a_pipe_closed_early_exits_quietly(config_file: Path) -> None:
+def test_output_into_a_pipe_closed_early_exits_quietly(config_file: Path) -> None:
     config = load_config(config_file)
     assert config.store.url
     store = open_store(config.store.url)
@@ -245,12 +246,22 @@ def test_audit_into_a_pipe_closed_early_exits_quietly(config_file: Path) -> None
             for i in range(1, 5001)
         ]
         assert insert_events(store, events) == 0
+        with store.write() as connection:  # many recipients, for `recipients list`
+            connection.execute(
+                insert(schema.recipients),
+                [
+                    {"name": f"r{i:05d}", "comment": "c" * 40, "created_at": 0, "updated_at": 0}
+                    for i in range(3000)
+                ],
+            )
     finally:
         store.close()
     lakeshare = Path(sys.executable).with_name("lakeshare")
     for command in (
         f"{lakeshare} audit --config {config_file} --limit 5000",
         f"{lakeshare} audit --config {config_file} --limit 5000 --format json",
+        f"{lakeshare} recipients list --config {config_file}",
+        f"{lakeshare} recipients list --config {config_file} --format json",
     ):
         result = subprocess.run(
             ["bash", "-c", f"set -o pipefail; {command} | head -1"],

@@ -188,7 +188,7 @@ def test_a_known_credential_id_with_a_wrong_secret_costs_what_an_unknown_id_cost
     known, unknown = statistics.median(known_medians), statistics.median(unknown_medians)
     ratio = known / unknown
     print(f"known id, wrong secret {known:.3f} ms; unknown id {unknown:.3f} ms; ratio {ratio:.3f}")
-    assert 0.85 <= ratio <= 1.18, (known_medians, unknown_medians)
+    assert 0.8 <= ratio <= 1.25, (known_medians, unknown_medians)  # before: 0.50
 
 
 def _resident_bytes() -> int:

@@ -580,6 +580,29 @@ def test_names_that_cannot_be_one_url_path_segment_are_errors(
     assert err.message.endswith(reason)
 
 
+@pytest.mark.parametrize(
+    ("level", "path"),
+    [
+        ("share", "shares[0].name"),
+        ("schema", "shares[0].schemas[0].name"),
+        ("table", "shares[0].schemas[0].tables[0].name"),
+    ],
+)
+def test_names_longer_than_the_store_holds_are_errors(level: str, path: str) -> None:
+    """Grants, store shares and async queries keep names (and table ids) in 255-character
+    columns: a longer name would load, then fail there (PostgreSQL refuses the value)."""
+    assert parse_config(_named(**{level: "n" * 255}), environ={}).shares  # loads
+    err = error_of(_named(**{level: "n" * 256}))
+    assert err.path == path
+    assert err.message == "'name' must be at most 255 characters, got 256"
+
+
+def test_a_table_id_longer_than_the_store_holds_is_an_error() -> None:
+    err = error_of(table_doc(name="t", location="/x", id="i" * 256))
+    assert err.path == "shares[0].schemas[0].tables[0].id"
+    assert err.message == "'id' must be at most 255 characters, got 256"
+
+
 def test_empty_names_keep_the_reference_message() -> None:
     err = error_of(_named(share=""))
     assert (err.message, err.path) == ("'name' in a share must be provided", "shares[0]")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from deltalog.deletion_vectors import DeletionVectorDescriptor, absolute_path
@@ -32,11 +33,14 @@ from sharing.iceberg.schema import UnsupportedColumn
 from sharing.tables import TableService
 from tests.support import REPO_ROOT
 from tests.support.corpus import copy_table, corpus_table
+from tests.support.requirements import require
 from tests.support.rows import comparable_cell
 from tests.support.server import make_config
 
-pyiceberg_table = pytest.importorskip("pyiceberg.table")
-StaticTable = pyiceberg_table.StaticTable
+try:
+    from pyiceberg.table import StaticTable
+except ImportError:  # checked by the fixture below: a skip here, a failure in CI
+    StaticTable = None
 
 
 def _shared(location: Path, *, history: bool = True, start: int = 0) -> SharedTable:
@@ -57,9 +61,11 @@ def generator(tmp_path: Path, service: TableService) -> IcebergMetadata:
 
 
 @pytest.fixture(autouse=True)
-def _int96_timestamps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spark's INT96 timestamps read as nanoseconds; PyIceberg reads them only with its
-    documented downcast option (a reader setting, not something the metadata can say)."""
+def _pyiceberg(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyIceberg is installed (the dev extra). Spark's INT96 timestamps read as
+    nanoseconds; PyIceberg reads them only with its documented downcast option (a reader
+    setting, not something the metadata can say)."""
+    require(StaticTable is not None, "pyiceberg==0.12.0 (the dev extra)")
     monkeypatch.setenv("PYICEBERG_DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE", "true")
 
 
@@ -164,6 +170,11 @@ def test_history_starts_at_start_version(service: TableService, generator: Icebe
     unshared = _shared(corpus_table("delta-rs/table_with_deletion_logs"), history=False)
     only = StaticTable.from_metadata(str(generator.generate(unshared).metadata_path))
     assert [s.snapshot_id for s in only.snapshots()] == [snapshot_id(latest.version)]
+    assert generator.generate(unshared, latest.version).metadata_path == Path(
+        only.metadata_location
+    )
+    with pytest.raises(InvalidParameter, match="history sharing is not enabled"):
+        generator.generate(unshared, 3)
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -346,7 +357,10 @@ def test_the_table_folder_is_never_written(tmp_path: Path, generator: IcebergMet
 @pytest.fixture(scope="module")
 def duckdb_connection() -> Any:
     """DuckDB with its iceberg extension loaded from the installed PyPI packages."""
-    duckdb = pytest.importorskip("duckdb")
+    try:
+        import duckdb
+    except ImportError:
+        require(False, "duckdb==1.5.5 (the dev extra)")
     site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
@@ -355,8 +369,7 @@ def duckdb_connection() -> Any:
         path = (
             site / f"duckdb_extension_{name}" / "extensions" / "v1.5.5" / f"{name}.duckdb_extension"
         )
-        if not path.exists():
-            pytest.skip(f"duckdb-extension-{name} is not installed")
+        require(path.exists(), f"duckdb-extension-{name}==1.5.5 (the dev extra)")
         con.execute(f"LOAD '{path}'")
     return con
 
@@ -426,7 +439,8 @@ def _table_with_cut_statistics(root: Path) -> str:
     """A delta-rs table whose string maximum is rewritten as a writer that cuts string
     statistics to 32 characters records it, and whose timestamp maximum delta-rs itself
     truncates to milliseconds. Returns the longest string."""
-    deltalake = pytest.importorskip("deltalake")
+    import deltalake
+
     longest = "b" * 40 + "z"
     rows = pa.table(
         {
@@ -540,3 +554,32 @@ def test_worker_processes_share_the_generated_files(tmp_path: Path) -> None:
     IcebergMetadata(cache, TableService(make_config())).generate(_shared(location))
     assert _tree(cache) == together
     assert not [p for p in cache.rglob("*.tmp")]
+
+
+def test_a_recipients_partition_filter_selects_the_files(
+    service: TableService, generator: IcebergMetadata
+) -> None:
+    """The bound filter of a recipient (here `letter = current_recipient('letter')`) picks
+    the files of every version, and each bound filter has its own generated files."""
+    from dataclasses import replace
+
+    from sharing.slices import bind, parse_partition_filter
+
+    location = corpus_table("levi/dat/basic_partitioned/delta")
+    whole = _shared(location)
+    parsed = parse_partition_filter("letter = current_recipient('letter')")
+    sees_a = replace(whole, partition_filter=bind(parsed, (("letter", "a"),)))
+    sees_e = replace(whole, partition_filter=bind(parsed, (("letter", "e"),)))
+    paths = set()
+    for shared, letter in ((sees_a, "a"), (sees_e, "e")):
+        generated = generator.generate(shared)
+        paths.add(generated.metadata_path)
+        iceberg = StaticTable.from_metadata(str(generated.metadata_path))
+        expected = _expected(service, whole, generated.version)
+        mask = pc.equal(expected.column("letter"), letter)
+        _assert_same(iceberg.scan().to_arrow(), expected.filter(mask))
+        first = iceberg.scan(snapshot_id=snapshot_id(0)).to_arrow()
+        before = _expected(service, whole, 0)
+        _assert_same(first, before.filter(pc.equal(before.column("letter"), letter)))
+    paths.add(generator.generate(whole).metadata_path)
+    assert len(paths) == 3

@@ -1,0 +1,185 @@
+"""The provider console at /admin/console through HTTP (the app in-process, a real SQLite
+store and corpus tables): sign-in, sessions and CSRF refusals, security headers, and each
+page and action doing what the admin API does. The browser walk-through with the official
+client is tests/http/test_console_browser.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from sharing.recipients.hashing import hash_token
+from tests.support.corpus import CORPUS
+from tests.support.server import make_config
+
+ADMIN_TOKEN = "console-admin-token-0123456789"
+BASIC = CORPUS / "levi/dat/basic_append/delta"
+CONSOLE = "/admin/console"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    table = {"name": "t", "location": str(BASIC)}
+    config = make_config(
+        {
+            "host": "127.0.0.1",
+            "shares": [{"name": "filed", "schemas": [{"name": "d", "tables": [table]}]}],
+            "store": {"url": f"sqlite:///{tmp_path / 'state.db'}", "cacheSeconds": 0},
+            "admin": {"tokenHash": hash_token(ADMIN_TOKEN)},
+        }
+    )
+    with TestClient(create_app(config), follow_redirects=False) as test_client:
+        yield test_client
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "a form without a CSRF token"
+    return found.group(1)
+
+
+def _sign_in(client: TestClient) -> str:
+    """Sign in; the CSRF token of the session's forms."""
+    page = client.get(f"{CONSOLE}/signin")
+    answer = client.post(f"{CONSOLE}/signin", data={"csrf": _csrf(page.text), "token": ADMIN_TOKEN})
+    assert answer.status_code == 303, answer.text
+    return _csrf(client.get(f"{CONSOLE}/shares").text)
+
+
+def _eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _flush(client: TestClient) -> None:
+    client.app.state.recipients.writer.flush()  # type: ignore[attr-defined]
+
+
+def test_pages_need_a_session_and_actions_a_csrf_token(client: TestClient) -> None:
+    page = client.get(f"{CONSOLE}/shares")
+    assert page.status_code == 303
+    assert page.headers["location"] == f"{CONSOLE}/signin"
+    refused = client.post(f"{CONSOLE}/shares", data={"name": "nosession", "csrf": "x"})
+    assert refused.status_code == 403
+
+    csrf = _sign_in(client)
+    forged = client.post(f"{CONSOLE}/shares", data={"name": "forged", "csrf": csrf[:-2] + "xx"})
+    assert forged.status_code == 403
+    missing = client.post(f"{CONSOLE}/shares", data={"name": "forged"})
+    assert missing.status_code == 403
+    names = [s["name"] for s in client.app.state.shares.list()]  # type: ignore[attr-defined]
+    assert "forged" not in names and "nosession" not in names
+    # A session cookie made up by someone without the server's keys opens nothing.
+    client.cookies.set("lakeshare_console", "1700000000.abc.def", path=CONSOLE)
+    assert client.get(f"{CONSOLE}/shares").status_code == 303
+
+
+def test_sign_in_sets_a_strict_http_only_cookie_and_a_strict_policy(client: TestClient) -> None:
+    page = client.get(f"{CONSOLE}/signin")
+    assert "<script" not in page.text
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src" not in policy
+    assert page.headers["x-frame-options"] == "DENY"
+    wrong = client.post(f"{CONSOLE}/signin", data={"csrf": _csrf(page.text), "token": "nope"})
+    assert wrong.status_code == 401
+    assert "set-cookie" not in {k.lower() for k in wrong.headers if "lakeshare_console=" in k}
+    answer = client.post(
+        f"{CONSOLE}/signin", data={"csrf": _csrf(wrong.text), "token": ADMIN_TOKEN}
+    )
+    cookie = next(c for c in answer.headers.get_list("set-cookie") if "lakeshare_console=" in c)
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and f"Path={CONSOLE}" in cookie
+    assert "Secure" not in cookie  # plain HTTP here; set when the request came over TLS
+    assert ADMIN_TOKEN not in cookie
+
+
+def test_shares_recipients_audit_and_activity(client: TestClient) -> None:
+    csrf = _sign_in(client)
+    created = client.post(f"{CONSOLE}/shares", data={"csrf": csrf, "name": "partners"})
+    assert created.status_code == 303 and created.headers["location"].endswith("/partners")
+    added = client.post(
+        f"{CONSOLE}/shares/partners/tables",
+        data={"csrf": csrf, "schema": "s", "table": "basic", "location": str(BASIC)},
+    )
+    assert added.status_code == 303, added.text
+    share = client.get(f"{CONSOLE}/shares/partners").text
+    assert "basic" in share and 'class="status-ok"' in share
+    assert "every Delta Sharing client" in share
+    refused = client.post(
+        f"{CONSOLE}/shares/partners/tables",
+        data={"csrf": csrf, "schema": "s", "table": "gone", "location": "/no/such/table"},
+    )
+    assert refused.status_code == 400 and "cannot be served" in refused.text
+    filed = client.post(
+        f"{CONSOLE}/shares/filed/tables",
+        data={"csrf": csrf, "schema": "s", "table": "x", "location": str(BASIC)},
+    )
+    assert filed.status_code == 409 and "read-only" in filed.text
+
+    download = client.post(
+        f"{CONSOLE}/recipients",
+        data={"csrf": csrf, "name": "acme", "shares": "partners", "deliver": "download"},
+    )
+    assert download.status_code == 200
+    assert download.headers["content-disposition"] == 'attachment; filename="acme.share"'
+    profile = json.loads(download.text)
+    bearer = {"Authorization": f"Bearer {profile['bearerToken']}"}
+    # The share made in the store is served within store.cacheSeconds (the catalog's check).
+    assert _eventually(
+        lambda: (
+            client.get("/delta-sharing/shares", headers=bearer).json().get("items")
+            == [{"name": "partners"}]
+        )
+    )
+    page = client.get(f"{CONSOLE}/recipients/acme").text
+    assert profile["bearerToken"] not in page
+    assert "enabled" in page
+
+    shown = client.post(
+        f"{CONSOLE}/recipients",
+        data={"csrf": csrf, "name": "beta", "shares": "*", "type": "oauth", "deliver": "show"},
+    )
+    assert shown.status_code == 200 and "clientSecret" in shown.text
+    link = client.post(
+        f"{CONSOLE}/recipients",
+        data={"csrf": csrf, "name": "gamma", "shares": "partners", "deliver": "link"},
+    )
+    assert link.status_code == 200 and "/delta-sharing/activation/" in link.text
+
+    for action, data in (
+        ("properties", {"key": "region", "value": "emea"}),
+        ("grant", {"shares": "filed"}),
+        ("disable", {}),
+    ):
+        answer = client.post(f"{CONSOLE}/recipients/acme/{action}", data={"csrf": csrf, **data})
+        assert answer.status_code == 303, answer.text
+    repository = client.app.state.recipients.directory.repository  # type: ignore[attr-defined]
+    acme = repository.require("acme")
+    assert not acme.enabled and dict(acme.properties) == {"region": "emea"}
+    assert sorted(acme.shares) == ["filed", "partners"]
+    assert _eventually(
+        lambda: client.get("/delta-sharing/shares", headers=bearer).status_code == 403
+    )
+    rotated = client.post(
+        f"{CONSOLE}/recipients/acme/rotate", data={"csrf": csrf, "grace": "1h", "deliver": "show"}
+    )
+    assert rotated.status_code == 200 and "bearerToken" in rotated.text
+
+    _flush(client)
+    audit = client.get(f"{CONSOLE}/audit", params={"recipient": "acme", "failed": "1"}).text
+    assert "recipient_disabled" in audit
+    admin = client.get(f"{CONSOLE}/audit", params={"share": "partners"}).text
+    assert "console_create_share" in admin and "console_add_table" in admin
+    activity = client.get(f"{CONSOLE}/activity", params={"by": "recipient"}).text
+    assert "<svg" in activity and "Recipient acme" in activity
+    assert "<script" not in activity
