@@ -180,6 +180,12 @@ def test_serve_runs_from_the_bare_install(
         assert docs.status_code == 200 and "cdn." not in docs.text, docs.text
         script = httpx.get(f"{base}/admin/docs-assets/swagger-ui-bundle.js")
         assert script.status_code == 200 and "SwaggerUIBundle" in script.text
+        # The console's templates and stylesheet are package data of the wheel (jinja2 a
+        # runtime dependency): its sign-in page and stylesheet render from the bare install.
+        signin = httpx.get(f"{base}/admin/console/signin")
+        assert signin.status_code == 200 and 'name="csrf"' in signin.text, signin.text
+        style = httpx.get(f"{base}/admin/console/console.css")
+        assert style.status_code == 200 and "font-family" in style.text
     finally:
         stop(process)
         log.close()

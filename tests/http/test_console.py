@@ -183,3 +183,12 @@ def test_shares_recipients_audit_and_activity(client: TestClient) -> None:
     activity = client.get(f"{CONSOLE}/activity", params={"by": "recipient"}).text
     assert "<svg" in activity and "Recipient acme" in activity
     assert "<script" not in activity
+
+
+def test_the_session_cookie_is_secure_over_tls(client: TestClient) -> None:
+    base = f"https://testserver{CONSOLE}"
+    page = client.get(f"{base}/signin")
+    answer = client.post(f"{base}/signin", data={"csrf": _csrf(page.text), "token": ADMIN_TOKEN})
+    assert answer.status_code == 303
+    cookie = next(c for c in answer.headers.get_list("set-cookie") if "lakeshare_console=" in c)
+    assert "Secure" in cookie and "HttpOnly" in cookie
