@@ -101,6 +101,9 @@ class _EntryKeys(BaseModel):
     partitionFilter: str | None = Field(
         default=None, description="SQL on partition columns; current_recipient('key')"
     )
+    compatibleCopy: bool | None = Field(
+        default=None, description="a plain copy for parquet-only clients (views refresh)"
+    )
     force: bool = Field(default=False, description="commit even if the check fails")
 
 
