@@ -114,9 +114,27 @@ def build_parser() -> argparse.ArgumentParser:
         "would refuse it",
     )
     check.set_defaults(handler=_check)
+    views = commands.add_parser(
+        "views",
+        help="materialize compatible copies on Spark (refresh, status)",
+        description="Run the refresher beside the server: `lakeshare views refresh --config "
+        "FILE [--view NAME] [--full] [--watch]`, `lakeshare views status --config FILE`. "
+        "Needs the spark extra (pip install 'lakeshare[spark]').",
+        add_help=False,
+    )
+    views.add_argument("arguments", nargs=argparse.REMAINDER)
+    views.set_defaults(handler=_views)
     add_recipient_commands(commands)
     add_share_commands(commands)
     return parser
+
+
+def _views(args: argparse.Namespace) -> int:
+    """Hand off to the pipeline in its own process: the server's code never imports
+    PySpark or the pipeline."""
+    import subprocess
+
+    return subprocess.call([sys.executable, "-m", "pipeline", *args.arguments])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -192,7 +192,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     install_error_handlers(app)
     # Inside the timeout and request id; the version and query routes admit themselves.
     app.add_middleware(
-        LimitsMiddleware, config=config, gate=app.state.admission_gate, routes_admit=True
+        LimitsMiddleware,
+        config=config,
+        gate=app.state.admission_gate,
+        routes_admit=True,
+        limits=lambda: app.state.config.limits,  # a reload may change some (app.reload)
     )
     # Added last = outermost: request id, access log, metrics, timeout and audit in one pass.
     app.add_middleware(

@@ -21,7 +21,7 @@ from deltalog import events, history
 from deltalog.actions import CommitActions
 from deltalog.commits import commit_key
 from deltalog.commits import read_commit as _read_commit
-from deltalog.errors import VersionNotFoundError
+from deltalog.errors import TableNotFoundError, VersionNotFoundError
 from deltalog.log_segment import (
     build_segment,
     earliest_version,
@@ -190,6 +190,14 @@ class DeltaTable:
             if newest is not None:
                 return newest
         return build_segment(self.storage, self.table_root, hint=False).latest_version
+
+    def exists(self) -> bool:
+        """Whether a Delta table is at this location (its log has a version)."""
+        try:
+            self.latest_version()
+        except TableNotFoundError:
+            return False
+        return True
 
     def version_at_or_before(self, timestamp_ms: int) -> int:
         """The version in effect at `timestamp_ms` (time travel by timestamp; outside the

@@ -28,6 +28,7 @@ from sharing.config.models import (
 from sharing.config.values import Section, as_boolean
 
 STORE_FILE_NAME = "lakeshare-state.db"
+VIEWS_DIR_NAME = "lakeshare-views"
 
 __all__ = ["NO_AUTHORIZATION_WARNING", "load_config", "parse_config"]
 
@@ -59,6 +60,12 @@ def load_config(
     except yaml.YAMLError as exc:
         raise ConfigError(f"the server config file {file} is not valid YAML: {exc}") from exc
     config = parse_config(raw, strict=strict, environ=environ)
+    if not config.views.location:
+        # Materialized copies and views: a folder beside the configuration by default.
+        views = config.views.model_copy(
+            update={"location": str(file.resolve().parent / VIEWS_DIR_NAME)}
+        )
+        config = config.model_copy(update={"views": views})
     if config.store.url:
         return config
     # The embedded store's default place: a file beside the configuration.

@@ -126,6 +126,10 @@ class TableConfig(Section):
     # A SQL predicate on partition columns, with current_recipient('key') (sharing.slices):
     # each recipient sees only the files it selects.
     partition_filter: Annotated[OptionalText, AfterValidator(_partition_filter)] = None
+    # Keep a plain copy (deletion vectors applied, logical column names) under
+    # `views.location` for clients that read only the parquet format (`lakeshare views
+    # refresh`, pipeline.copies).
+    compatible_copy: Boolean = False
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
     storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
@@ -172,6 +176,51 @@ class ShareConfig(Section):
 
     name: Annotated[Name, Required("'name' in a share must be provided")]
     schemas: Sections[SchemaConfig] = ()
+
+
+# --- views and compatible copies (materialized by `lakeshare views refresh`) ---------------
+
+
+def _string_map(value: object) -> object:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise Problem("must be a mapping of names to values")
+    return tuple(sorted((str(key), as_text(item)) for key, item in value.items()))
+
+
+StringMap = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_string_map)]
+
+
+def _spark_remote(value: str | None) -> str | None:
+    if value is not None and not value.startswith("sc://"):
+        raise Problem("must be a Spark Connect URL (sc://host:port)", named=False)
+    return value
+
+
+class ViewsSparkConfig(Section):
+    """Where the refresher runs Spark: `master` (embedded `local[*]` by default, or a
+    cluster's master URL), or `remote` (Spark Connect), plus Spark settings in `conf`."""
+
+    master: Text = "local[*]"
+    remote: Annotated[OptionalText, AfterValidator(_spark_remote)] = None
+    conf: StringMap = ()
+
+    @field_serializer("conf")
+    def _conf_as_written(self, value: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        return dict(value)
+
+
+def _views_location(value: str | None) -> str | None:
+    return value.strip() or None if value is not None else None
+
+
+class ViewsConfig(Section):
+    # Where copies (and views) are materialized; empty: a `lakeshare-views` folder beside
+    # the configuration file.
+    location: Annotated[OptionalText, AfterValidator(_views_location)] = None
+    spark: ViewsSparkConfig = ViewsSparkConfig()
+    refresh_interval_seconds: Positive = 300
 
 
 # --- authorization and TLS ------------------------------------------------------------------
@@ -601,6 +650,7 @@ class ServerConfig(Section):
     slow_snapshot_load_ms: NonNegative = 5000
     recipients: Sections[RecipientConfig] = ()
     store: StoreConfig = StoreConfig()
+    views: ViewsConfig = ViewsConfig()
     basic_auth: BasicAuthConfig = BasicAuthConfig()
     admin: AdminConfig | None = None
     allow_anonymous: Boolean = False

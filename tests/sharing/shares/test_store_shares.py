@@ -11,6 +11,7 @@ import pytest
 
 from sharing.catalog import Catalog
 from sharing.config import ConfigError
+from sharing.config.models import StoreConfig, ViewsConfig
 from sharing.errors import InvalidParameter, ResourceNotFound
 from sharing.recipients.directory import RecipientDirectory
 from sharing.shares.admin import ReadOnlyShare, ShareAdmin, TableRefused
@@ -45,6 +46,10 @@ def _config(store: Store, **extra: object):  # type: ignore[no-untyped-def]
             **extra,
         }
     )
+
+
+def _url(store: Store) -> str:
+    return store.engine.url.render_as_string(hide_password=False)
 
 
 def _admin(store: Store) -> ShareAdmin:
@@ -218,3 +223,20 @@ def test_a_store_table_takes_the_file_models_partition_filter_checked_first(stor
     assert admin.show("s")["schemas"][0]["tables"][0]["partitionFilter"] == "letter = 'a'"
     admin.alter_table("s", "d", "t", {"partitionFilter": None})
     assert live.current().get_table("s", "d", "t").config.partition_filter is None
+
+
+def test_views_refresh_copies_store_tables_that_ask_for_a_compatible_copy(
+    store: Store, tmp_path: Path
+) -> None:
+    """`lakeshare views refresh` (pipeline.cli.copy_specs) sees the store's tables too."""
+    from pipeline.cli import copy_specs
+
+    config = _config(store).model_copy(
+        update={"store": StoreConfig(url=_url(store)), "views": ViewsConfig(location=str(tmp_path))}
+    )
+    admin = _admin(store)
+    admin.create("s")
+    admin.add_table("s", "d", {"name": "plain", "location": BASIC})
+    admin.add_table("s", "d", {"name": "copied", "location": OTHER, "compatibleCopy": True})
+    specs = copy_specs(config)
+    assert [(spec.name, spec.source) for spec in specs] == [("s.d.copied", OTHER)]
