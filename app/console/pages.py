@@ -370,6 +370,26 @@ def build_console(
         _shares(request).add_table(share, schema, fields, force=bool(_one(form, "force")))
         return _back(request, f"/shares/{share}")
 
+    @app.post("/shares/{share}/schemas/{schema}/tables/{table}/alter", name="console_alter_table")
+    def alter_table(
+        request: Request, share: str, schema: str, table: str, form: Action
+    ) -> Response:
+        """Change the keys given (an empty field is left as it is; `clear` names keys to
+        return to their default)."""
+        changes: dict[str, Any] = {}
+        for key in ("name", "location", "partitionFilter", "startVersion", "comment"):
+            if _one(form, key):
+                changes[key] = _one(form, key)
+        history = _one(form, "historyShared")
+        if history in ("yes", "no"):
+            changes["historyShared"] = history == "yes"
+        for key in form.get("clear", []):
+            changes[key] = None
+        if not changes:
+            raise InvalidValue("nothing to change: fill in at least one field")
+        _shares(request).alter_table(share, schema, table, changes, force=bool(_one(form, "force")))
+        return _back(request, f"/shares/{share}")
+
     @app.post("/shares/{share}/schemas/{schema}/tables/{table}/remove", name="console_remove_table")
     def remove_table(
         request: Request, share: str, schema: str, table: str, form: Action

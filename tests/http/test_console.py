@@ -122,6 +122,24 @@ def test_shares_recipients_audit_and_activity(client: TestClient) -> None:
         data={"csrf": csrf, "schema": "s", "table": "gone", "location": "/no/such/table"},
     )
     assert refused.status_code == 400 and "cannot be served" in refused.text
+    altered = client.post(
+        f"{CONSOLE}/shares/partners/schemas/s/tables/basic/alter",
+        data={"csrf": csrf, "historyShared": "yes", "comment": "changed here"},
+    )
+    assert altered.status_code == 303, altered.text
+    shares = client.app.state.shares  # type: ignore[attr-defined]
+    [entry] = shares.show("partners")["schemas"][0]["tables"]
+    assert entry["historyShared"] is True and entry["comment"] == "changed here"
+    moved = client.post(
+        f"{CONSOLE}/shares/partners/schemas/s/tables/basic/alter",
+        data={"csrf": csrf, "location": "/no/such/table"},
+    )
+    assert moved.status_code == 400 and "cannot be served" in moved.text
+    empty = client.post(
+        f"{CONSOLE}/shares/partners/schemas/s/tables/basic/alter", data={"csrf": csrf}
+    )
+    assert empty.status_code == 400
+    assert shares.show("partners")["schemas"][0]["tables"][0]["location"] == str(BASIC)
     filed = client.post(
         f"{CONSOLE}/shares/filed/tables",
         data={"csrf": csrf, "schema": "s", "table": "x", "location": str(BASIC)},
