@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
+from starlette.responses import RedirectResponse
 
 from app.audit import AuditTrail
 from app.auth import require_bearer_token
@@ -180,6 +181,12 @@ def create_app(config: ServerConfig) -> FastAPI:
             config, app.state.recipients, app.state.shares, admin_app.state.admin_token_hash
         )
         app.mount(admin_prefix + "/console", console)
+        app.add_api_route(
+            admin_prefix + "/console",
+            lambda: RedirectResponse(admin_prefix + "/console/", status_code=307),
+            methods=["GET"],
+            include_in_schema=False,
+        )
         app.mount(admin_prefix, admin_app)
 
     install_error_handlers(app)

@@ -40,6 +40,7 @@ from sharing.recipients.names import InvalidValue, parse_instant
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
 from sharing.recipients.runtime import Recipients
+from sharing.recipients.throttle import FailedAttempts
 from sharing.recipients.views import credential_json, iso_time, recipient_json
 from sharing.shares.admin import ShareAdmin, TableRefused
 from sharing.store.clock import now_ms
@@ -164,6 +165,7 @@ def _render(
     template: str,
     status_code: int = 200,
     session: Session | None = None,
+    headers: dict[str, str] | None = None,
     **context: Any,
 ) -> HTMLResponse:
     csrf = _keys(request).csrf_token(session.nonce) if session is not None else ""
@@ -173,7 +175,7 @@ def _render(
         signed_in=session is not None,
         **context,
     )
-    return HTMLResponse(page, status_code=status_code)
+    return HTMLResponse(page, status_code=status_code, headers=headers)
 
 
 def _back(request: Request, path: str, **query: str) -> RedirectResponse:
@@ -230,6 +232,12 @@ def build_console(
     app.state.base_path = base_path
     app.state.session_keys = SessionKeys(config.signing_secret, admin_token_hash)
     app.state.admin_token_hash = admin_token_hash
+    # Guessing the admin token costs time: failed sign-ins per client address are limited
+    # like Basic logins (basicAuth.failedAttemptsPerAddress within its window).
+    sign_ins = FailedAttempts(
+        config.basic_auth.failed_attempts_per_address,
+        config.basic_auth.failed_attempts_window_seconds,
+    )
 
     @app.middleware("http")
     async def security_headers(
@@ -267,8 +275,20 @@ def build_console(
         if not keys.csrf_valid(request.cookies.get(PRESESSION_COOKIE), _one(form, "csrf")):
             refused(request, Refusal(Reason.FORBIDDEN))
             raise BadCsrf()
+        address = request.client.host if request.client else None
+        wait = sign_ins.retry_after(address)
+        if wait is not None:
+            refused(request, Refusal(Reason.TOO_MANY_FAILED_LOGINS))
+            return _render(
+                request,
+                "error.html",
+                status_code=429,
+                headers={"Retry-After": str(wait)},
+                message=f"Too many failed sign-ins from your address: try again in {wait} s.",
+            )
         token = _one(form, "token")
         if not token or not token_matches(token, request.app.state.admin_token_hash):
+            sign_ins.failed(address)
             refused(request, Refusal(Reason.INVALID_CREDENTIALS))
             nonce = SessionKeys.new_presession()
             response = _render(
@@ -348,6 +368,26 @@ def build_console(
         if _one(form, "startVersion"):
             fields["startVersion"] = _one(form, "startVersion")
         _shares(request).add_table(share, schema, fields, force=bool(_one(form, "force")))
+        return _back(request, f"/shares/{share}")
+
+    @app.post("/shares/{share}/schemas/{schema}/tables/{table}/alter", name="console_alter_table")
+    def alter_table(
+        request: Request, share: str, schema: str, table: str, form: Action
+    ) -> Response:
+        """Change the keys given (an empty field is left as it is; `clear` names keys to
+        return to their default)."""
+        changes: dict[str, Any] = {}
+        for key in ("name", "location", "partitionFilter", "startVersion", "comment"):
+            if _one(form, key):
+                changes[key] = _one(form, key)
+        history = _one(form, "historyShared")
+        if history in ("yes", "no"):
+            changes["historyShared"] = history == "yes"
+        for key in form.get("clear", []):
+            changes[key] = None
+        if not changes:
+            raise InvalidValue("nothing to change: fill in at least one field")
+        _shares(request).alter_table(share, schema, table, changes, force=bool(_one(form, "force")))
         return _back(request, f"/shares/{share}")
 
     @app.post("/shares/{share}/schemas/{schema}/tables/{table}/remove", name="console_remove_table")
