@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from importlib.resources import files
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
 
@@ -35,7 +36,7 @@ from sharing.recipients.activity import GroupBy, activity
 from sharing.recipients.audit import query_events
 from sharing.recipients.directory import ADMIN_RECIPIENT
 from sharing.recipients.hashing import token_matches
-from sharing.recipients.model import CredentialType, Recipient
+from sharing.recipients.model import CredentialType, Recipient, RecipientSource
 from sharing.recipients.names import InvalidValue, parse_instant
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
@@ -252,8 +253,6 @@ def build_console(
 
     @app.get("/console.css", name="console_stylesheet")
     def stylesheet() -> Response:
-        from importlib.resources import files
-
         css = files("app.console").joinpath("static/console.css").read_text("utf-8")
         return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
 
@@ -405,7 +404,9 @@ def build_console(
         rows = []
         for recipient in recipients.directory.config_recipients() + repository.all():
             credentials = (
-                repository.credentials(recipient.name) if recipient.source.value == "store" else []
+                repository.credentials(recipient.name)
+                if recipient.source is RecipientSource.STORE
+                else []
             )
             used = [c.last_used_at for c in credentials if c.last_used_at is not None]
             rows.append(
