@@ -546,7 +546,7 @@ def build_console(
         query = request.query_params
         filters = {
             key: query.get(key, "").strip()
-            for key in ("recipient", "share", "table", "since", "until")
+            for key in ("recipient", "claimed", "share", "table", "since", "until")
         }
         failed = query.get("failed") == "1"
         since = _instant(filters["since"])
@@ -554,6 +554,7 @@ def build_console(
         events = query_events(
             _repository(request).store,
             recipient=filters["recipient"] or None,
+            claimed=filters["claimed"] or None,
             share=filters["share"] or None,
             table=filters["table"] or None,
             since=since,

@@ -5,6 +5,7 @@ client is tests/http/test_console_browser.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -198,6 +199,11 @@ def test_shares_recipients_audit_and_activity(client: TestClient) -> None:
     _flush(client)
     audit = client.get(f"{CONSOLE}/audit", params={"recipient": "acme", "failed": "1"}).text
     assert "recipient_disabled" in audit
+    guessed = {"Authorization": "Basic " + base64.b64encode(b"acme:wrong").decode()}
+    assert client.get("/delta-sharing/shares", headers=guessed).status_code == 401
+    _flush(client)
+    claimed = client.get(f"{CONSOLE}/audit", params={"claimed": "acme"}).text
+    assert "invalid_credentials" in claimed and "recipient_disabled" not in claimed
     admin = client.get(f"{CONSOLE}/audit", params={"share": "partners"}).text
     assert "console_create_share" in admin and "console_add_table" in admin
     activity = client.get(f"{CONSOLE}/activity", params={"by": "recipient"}).text
