@@ -10,6 +10,7 @@ a share created again later under the same name starts with no recipients.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -245,12 +246,19 @@ def every_share(config: ServerConfig) -> tuple[ShareConfig, ...]:
     """The file's shares and the store's (when `store.url` is set), for tools that run
     beside the server (`lakeshare views refresh`): the catalog a server would serve, read
     once. A store share with the name of a file share is left out (the server refuses to
-    start with one)."""
+    start with one). An SQLite store that does not exist yet is not created: no shares."""
+    from sqlalchemy.engine import make_url
+
     from sharing.store import open_store
 
-    if not config.store.url:
+    url = config.store.url
+    if not url:
         return config.shares
-    store = open_store(config.store.url)
+    parsed = make_url(url)
+    embedded = parsed.get_backend_name() == "sqlite" and parsed.database
+    if embedded and not Path(str(parsed.database)).exists():
+        return config.shares
+    store = open_store(url)
     try:
         stored = ShareRepository(store).shares(config)
     finally:
