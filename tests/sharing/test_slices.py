@@ -191,7 +191,12 @@ def test_tables_sharing_an_id_keep_their_own_filters() -> None:
     recipient asked for first (the bound filters were once cached per table id, so the
     second entry was served through the first one's filter)."""
     location = str(corpus_table(PARTITIONED))
-    narrow = {"name": "narrow", "id": "same", "location": location, "partitionFilter": "letter = 'e'"}
+    narrow = {
+        "name": "narrow",
+        "id": "same",
+        "location": location,
+        "partitionFilter": "letter = 'e'",
+    }
     wide = {
         "name": "wide",
         "id": "same",
