@@ -228,7 +228,8 @@ def _check_in_background(app: Any, config: ServerConfig) -> None:
     from sharing.table_check import log_reports_in_background
 
     # Warms the app's own table cache too; a slow store delays only its own line.
-    log_reports_in_background(app.state.tables, config, timeout_seconds=STARTUP_CHECK_SECONDS)
+    tables = app.state.catalog.current().tables()  # the file's and the store's
+    log_reports_in_background(app.state.tables, tables, timeout_seconds=STARTUP_CHECK_SECONDS)
 
 
 def _reload_live(app: Any, path: Path, started: ServerConfig) -> None:
@@ -397,6 +398,7 @@ def _run(
 
 
 def _check(args: argparse.Namespace) -> int:
+    from sharing.shares.repository import every_share
     from sharing.table_check import Status, check_tables, configured_tables
     from sharing.tables import TableService
 
@@ -405,10 +407,15 @@ def _check(args: argparse.Namespace) -> int:
         config = load_config(Path(args.config))
     except ConfigError as exc:
         return _fail(f"invalid configuration: {exc}", 2)
-    reports = check_tables(
-        TableService(config), configured_tables(config), timeout_seconds=args.timeout
-    )
     warnings = list(config.warnings)
+    try:  # the store's shares too, when the store exists
+        checked = config.model_copy(update={"shares": every_share(config)})
+    except StoreError as exc:
+        warnings.append(f"the store's shares were not checked: {exc}")
+        checked = config
+    reports = check_tables(
+        TableService(config), configured_tables(checked), timeout_seconds=args.timeout
+    )
     if args.format == "json":
         document = {"warnings": warnings, "tables": [r.to_json() for r in reports]}
         _write(json.dumps(document, indent=2, ensure_ascii=False))

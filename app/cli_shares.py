@@ -85,6 +85,17 @@ def _entry_options(parser: argparse.ArgumentParser) -> None:
         "--no-history-shared", dest="history_shared", action="store_const", const=False
     )
     parser.add_argument("--start-version", type=int, metavar="N")
+    copy = parser.add_mutually_exclusive_group()
+    copy.add_argument(
+        "--compatible-copy",
+        dest="compatible_copy",
+        action="store_const",
+        const=True,
+        help="keep a plain copy for parquet-only clients (`lakeshare views refresh`)",
+    )
+    copy.add_argument(
+        "--no-compatible-copy", dest="compatible_copy", action="store_const", const=False
+    )
     parser.add_argument("--comment")
     parser.add_argument("--storage-profile", metavar="NAME", help="a storageProfiles entry")
     parser.add_argument("--id", help="table id (default: derived from the name)")
@@ -172,6 +183,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
         ("storageProfile", args.storage_profile),
         ("id", args.id),
         ("partitionFilter", args.partition_filter),
+        ("compatibleCopy", args.compatible_copy),
     ):
         if value is not None:
             fields[key] = value

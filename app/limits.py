@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Callable
 from typing import Protocol
 
 from starlette.requests import ClientDisconnect, Request
@@ -92,6 +93,11 @@ class AdmissionGate:
     @property
     def queued(self) -> int:
         return self._queued
+
+    def configure(self, queued: int, timeout: float) -> None:
+        """A reloaded configuration's queue length and wait (the slots stay as started)."""
+        self._max_queued = queued
+        self._timeout = timeout
 
     async def acquire(self) -> None:
         """Take a slot, or raise Overloaded."""
@@ -169,12 +175,14 @@ class LimitsMiddleware:
         gate: AdmissionGate | None = None,
         *,
         routes_admit: bool = False,
+        limits: Callable[[], LimitsConfig] | None = None,
     ) -> None:
         """`gate`: the app's admission gate (default: a new one for `config`).
         `routes_admit`: the version and query routes call `admit` themselves (the app's
-        routes do; a bare app behind this middleware does not)."""
+        routes do; a bare app behind this middleware does not). `limits`: the limits in
+        force for each request (a reloaded configuration's; default: `config`'s)."""
         self.app = app
-        self.limits: LimitsConfig = config.limits
+        self._limits = limits or (lambda: config.limits)
         self.endpoint = config.endpoint
         self.gate = gate or gate_for(config.limits)
         self.routes_admit = routes_admit
@@ -185,11 +193,8 @@ class LimitsMiddleware:
             return
         path: str = scope.get("path", "")
         route = path[len(self.endpoint) :] if path.startswith(self.endpoint) else ""
-        limit = (
-            self.limits.max_query_body_bytes
-            if _QUERY_BODY.match(route)
-            else self.limits.max_body_bytes
-        )
+        limits = self._limits()
+        limit = limits.max_query_body_bytes if _QUERY_BODY.match(route) else limits.max_body_bytes
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await self._refuse(PayloadTooLarge(limit), scope, receive, send)
@@ -198,7 +203,7 @@ class LimitsMiddleware:
         if not _EXPENSIVE.match(route) or scope.get("method") not in ("GET", "HEAD", "POST"):
             await self._call(scope, receive, send)
             return
-        admission = Admission(self.gate, self.limits.max_concurrent_expensive_requests)
+        admission = Admission(self.gate, limits.max_concurrent_expensive_requests)
         if self.routes_admit and _ADMITTED_IN_ROUTE.match(route):
             scope.setdefault("state", {})[ADMISSION_STATE] = admission
         else:

@@ -13,7 +13,7 @@ import logging
 import math
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
@@ -90,13 +90,30 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode("utf-8")
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the ``sys.stderr`` of the moment a record is emitted.
+
+    A handler that kept the stream it was built with would go on writing to it after it
+    is replaced and closed (an in-process CLI call under a test's capture, a daemon's
+    redirect), and every later record would end in "I/O operation on closed file".
+    """
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        """StreamHandler's constructor assigns a stream; the current one is always used."""
+
+
 def configure_logging(level: str = "INFO") -> None:
     """Route every logger (ours, uvicorn's, libraries') to one JSON handler on stderr."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         if getattr(handler, "_lakeshare", False):
             root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter())
     handler._lakeshare = True  # type: ignore[attr-defined]
     root.addHandler(handler)

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
+from starlette.responses import RedirectResponse
 
 from app.audit import AuditTrail
 from app.auth import require_bearer_token
@@ -180,12 +181,22 @@ def create_app(config: ServerConfig) -> FastAPI:
             config, app.state.recipients, app.state.shares, admin_app.state.admin_token_hash
         )
         app.mount(admin_prefix + "/console", console)
+        app.add_api_route(
+            admin_prefix + "/console",
+            lambda: RedirectResponse(admin_prefix + "/console/", status_code=307),
+            methods=["GET"],
+            include_in_schema=False,
+        )
         app.mount(admin_prefix, admin_app)
 
     install_error_handlers(app)
     # Inside the timeout and request id; the version and query routes admit themselves.
     app.add_middleware(
-        LimitsMiddleware, config=config, gate=app.state.admission_gate, routes_admit=True
+        LimitsMiddleware,
+        config=config,
+        gate=app.state.admission_gate,
+        routes_admit=True,
+        limits=lambda: app.state.config.limits,  # a reload may change some (app.reload)
     )
     # Added last = outermost: request id, access log, metrics, timeout and audit in one pass.
     app.add_middleware(

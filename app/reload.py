@@ -133,6 +133,9 @@ class ConfigReloader:
         state.recipients.directory.reload_config(config)
         state.catalog.set_config(config)
         state.config = config
+        state.admission_gate.configure(
+            config.limits.max_queued_requests, config.limits.queue_timeout_seconds
+        )
         logging.getLogger().setLevel(config.log_level)
         self.restart_needed = restart_settings(self._started, loaded)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from pipeline.copies import CopySpec, copy_versions, open_source, sweep
 from sharing.config import ConfigError, ServerConfig, load_config
+from sharing.shares.repository import every_share
 
 STATUS_DIR = "_status"
 
@@ -68,10 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def copy_specs(config: ServerConfig) -> list[CopySpec]:
-    """The compatible copies a configuration asks for."""
+    """The compatible copies a configuration asks for (its file's tables and its store's)."""
     assert config.views.location is not None  # load_config sets the default
     specs = []
-    for share in config.shares:
+    for share in every_share(config):
         for schema in share.schemas:
             for table in schema.tables:
                 if table.compatible_copy:

@@ -178,15 +178,17 @@ def check_tables(
 
 
 def log_reports_in_background(
-    service: TableService, config: ServerConfig, *, timeout_seconds: float
+    service: TableService, tables: Iterable[SharedTable], *, timeout_seconds: float
 ) -> threading.Thread:
-    """`lakeshare serve`'s start-up summary: one log line per table, written as each check
-    finishes, so a slow store delays only its own line and never the server."""
+    """`lakeshare serve`'s start-up summary of `tables` (the catalog served: the file's and
+    the store's): one log line per table, written as each check finishes, so a slow store
+    delays only its own line and never the server."""
+    tables = list(tables)
 
     def run() -> None:
         reports = check_tables(
             service,
-            configured_tables(config),
+            tables,
             timeout_seconds=timeout_seconds,
             on_report=_log_report,
         )

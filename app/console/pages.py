@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from importlib.resources import files
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
 
@@ -35,11 +36,12 @@ from sharing.recipients.activity import GroupBy, activity
 from sharing.recipients.audit import query_events
 from sharing.recipients.directory import ADMIN_RECIPIENT
 from sharing.recipients.hashing import token_matches
-from sharing.recipients.model import CredentialType, Recipient
+from sharing.recipients.model import CredentialType, Recipient, RecipientSource
 from sharing.recipients.names import InvalidValue, parse_instant
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.recipients.repository import RecipientRepository
 from sharing.recipients.runtime import Recipients
+from sharing.recipients.throttle import FailedAttempts
 from sharing.recipients.views import credential_json, iso_time, recipient_json
 from sharing.shares.admin import ShareAdmin, TableRefused
 from sharing.store.clock import now_ms
@@ -164,6 +166,7 @@ def _render(
     template: str,
     status_code: int = 200,
     session: Session | None = None,
+    headers: dict[str, str] | None = None,
     **context: Any,
 ) -> HTMLResponse:
     csrf = _keys(request).csrf_token(session.nonce) if session is not None else ""
@@ -173,7 +176,7 @@ def _render(
         signed_in=session is not None,
         **context,
     )
-    return HTMLResponse(page, status_code=status_code)
+    return HTMLResponse(page, status_code=status_code, headers=headers)
 
 
 def _back(request: Request, path: str, **query: str) -> RedirectResponse:
@@ -230,6 +233,12 @@ def build_console(
     app.state.base_path = base_path
     app.state.session_keys = SessionKeys(config.signing_secret, admin_token_hash)
     app.state.admin_token_hash = admin_token_hash
+    # Guessing the admin token costs time: failed sign-ins per client address are limited
+    # like Basic logins (basicAuth.failedAttemptsPerAddress within its window).
+    sign_ins = FailedAttempts(
+        config.basic_auth.failed_attempts_per_address,
+        config.basic_auth.failed_attempts_window_seconds,
+    )
 
     @app.middleware("http")
     async def security_headers(
@@ -244,8 +253,6 @@ def build_console(
 
     @app.get("/console.css", name="console_stylesheet")
     def stylesheet() -> Response:
-        from importlib.resources import files
-
         css = files("app.console").joinpath("static/console.css").read_text("utf-8")
         return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
 
@@ -267,8 +274,20 @@ def build_console(
         if not keys.csrf_valid(request.cookies.get(PRESESSION_COOKIE), _one(form, "csrf")):
             refused(request, Refusal(Reason.FORBIDDEN))
             raise BadCsrf()
+        address = request.client.host if request.client else None
+        wait = sign_ins.retry_after(address)
+        if wait is not None:
+            refused(request, Refusal(Reason.TOO_MANY_FAILED_LOGINS))
+            return _render(
+                request,
+                "error.html",
+                status_code=429,
+                headers={"Retry-After": str(wait)},
+                message=f"Too many failed sign-ins from your address: try again in {wait} s.",
+            )
         token = _one(form, "token")
         if not token or not token_matches(token, request.app.state.admin_token_hash):
+            sign_ins.failed(address)
             refused(request, Refusal(Reason.INVALID_CREDENTIALS))
             nonce = SessionKeys.new_presession()
             response = _render(
@@ -350,6 +369,26 @@ def build_console(
         _shares(request).add_table(share, schema, fields, force=bool(_one(form, "force")))
         return _back(request, f"/shares/{share}")
 
+    @app.post("/shares/{share}/schemas/{schema}/tables/{table}/alter", name="console_alter_table")
+    def alter_table(
+        request: Request, share: str, schema: str, table: str, form: Action
+    ) -> Response:
+        """Change the keys given (an empty field is left as it is; `clear` names keys to
+        return to their default)."""
+        changes: dict[str, Any] = {}
+        for key in ("name", "location", "partitionFilter", "startVersion", "comment"):
+            if _one(form, key):
+                changes[key] = _one(form, key)
+        history = _one(form, "historyShared")
+        if history in ("yes", "no"):
+            changes["historyShared"] = history == "yes"
+        for key in form.get("clear", []):
+            changes[key] = None
+        if not changes:
+            raise InvalidValue("nothing to change: fill in at least one field")
+        _shares(request).alter_table(share, schema, table, changes, force=bool(_one(form, "force")))
+        return _back(request, f"/shares/{share}")
+
     @app.post("/shares/{share}/schemas/{schema}/tables/{table}/remove", name="console_remove_table")
     def remove_table(
         request: Request, share: str, schema: str, table: str, form: Action
@@ -365,7 +404,9 @@ def build_console(
         rows = []
         for recipient in recipients.directory.config_recipients() + repository.all():
             credentials = (
-                repository.credentials(recipient.name) if recipient.source.value == "store" else []
+                repository.credentials(recipient.name)
+                if recipient.source is RecipientSource.STORE
+                else []
             )
             used = [c.last_used_at for c in credentials if c.last_used_at is not None]
             rows.append(
@@ -506,7 +547,7 @@ def build_console(
         query = request.query_params
         filters = {
             key: query.get(key, "").strip()
-            for key in ("recipient", "share", "table", "since", "until")
+            for key in ("recipient", "claimed", "share", "table", "since", "until")
         }
         failed = query.get("failed") == "1"
         since = _instant(filters["since"])
@@ -514,6 +555,7 @@ def build_console(
         events = query_events(
             _repository(request).store,
             recipient=filters["recipient"] or None,
+            claimed=filters["claimed"] or None,
             share=filters["share"] or None,
             table=filters["table"] or None,
             since=since,

@@ -83,20 +83,39 @@ class CreateShare(BaseModel):
     comment: str = ""
 
 
-class TableEntry(BaseModel):
-    """A table entry: the keys of a configuration file's table (camelCase), apart from
-    `name` (in the path) and inline `storage` options (name a `storageProfile`)."""
+class _EntryKeys(BaseModel):
+    """The keys of a table entry, as in a configuration file's table (sharing.config), apart
+    from `name` (in the path) and inline `storage` options (name a `storageProfile`). Keys
+    the model gains later are accepted too and validated the same way."""
 
     model_config = {"extra": "allow"}
+    id: str | None = Field(default=None, description="default: derived from the name")
+    historyShared: bool | None = Field(
+        default=None, description="time travel, change data feed, streaming"
+    )
+    startVersion: int | None = Field(default=None, ge=0)
+    comment: str | None = Field(default=None, description="the provider's note")
+    storageProfile: str | None = Field(
+        default=None, description="an entry of the file's storageProfiles"
+    )
+    partitionFilter: str | None = Field(
+        default=None, description="SQL on partition columns; current_recipient('key')"
+    )
+    compatibleCopy: bool | None = Field(
+        default=None, description="a plain copy for parquet-only clients (views refresh)"
+    )
+    force: bool = Field(default=False, description="commit even if the check fails")
+
+
+class TableEntry(_EntryKeys):
     location: str = Field(description="table root (the folder holding _delta_log)")
-    force: bool = Field(default=False, description="add it even if the check fails")
 
 
-class TableChanges(BaseModel):
-    """Keys of the table entry to change (null: back to the default); `name` renames."""
+class TableChanges(_EntryKeys):
+    """Only the keys to change; null returns one to its default; `name` renames."""
 
-    model_config = {"extra": "allow"}
-    force: bool = Field(default=False, description="change it even if the check fails")
+    location: str | None = None
+    name: str | None = Field(default=None, description="a new name (the id stays)")
 
 
 class Revoke(BaseModel):
@@ -332,7 +351,7 @@ def build_admin_app(
     def add_table(
         share: str, schema: str, table: str, body: TableEntry, shares: Shares
     ) -> JsonResponse:
-        fields = {**body.model_dump(exclude={"force"}), "name": table}
+        fields = {**body.model_dump(exclude={"force"}, exclude_none=True), "name": table}
         return JsonResponse(
             shares.add_table(share, schema, fields, force=body.force), status_code=201
         )
@@ -344,8 +363,15 @@ def build_admin_app(
     def alter_table(
         share: str, schema: str, table: str, body: TableChanges, shares: Shares
     ) -> JsonResponse:
-        changes = body.model_dump(exclude={"force"})
+        changes = body.model_dump(exclude={"force"}, exclude_unset=True)
         return JsonResponse(shares.alter_table(share, schema, table, changes, force=body.force))
+
+    @app.get(
+        "/shares/{share}/schemas/{schema}/tables/{table}/check",
+        summary="Check a table (file or store) like `lakeshare check`",
+    )
+    def check_table(share: str, schema: str, table: str, shares: Shares) -> JsonResponse:
+        return JsonResponse(shares.check_table(share, schema, table))
 
     @app.delete("/shares/{share}/schemas/{schema}/tables/{table}", summary="Remove a table")
     def remove_table(share: str, schema: str, table: str, shares: Shares) -> JsonResponse:

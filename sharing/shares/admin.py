@@ -125,16 +125,24 @@ class ShareAdmin:
 
     def check(self, name: str) -> Sequence[TableReport]:
         """The `lakeshare check` report of every table of the share (file or store)."""
-        config = self._config()
-        share = next((s for s in config.shares if s.name.lower() == name.lower()), None)
-        if share is None:
-            share = self._stored(name, config).share
+        share = self._any_share(name)
         tables = [
             SharedTable(share.name, schema.name, table.name, table)
             for schema in share.schemas
             for table in schema.tables
         ]
         return check_tables(self._tables, tables, timeout_seconds=self._check_seconds)
+
+    def check_table(self, share: str, schema: str, table: str) -> dict[str, Any]:
+        """One table of either source checked now (`lakeshare check`'s report)."""
+        shared = _find(self._any_share(share), schema, table)
+        [report] = check_tables(self._tables, [shared], timeout_seconds=self._check_seconds)
+        return {"table": table_json(shared.config), "check": report.to_json()}
+
+    def _any_share(self, name: str) -> ShareConfig:
+        config = self._config()
+        found = next((s for s in config.shares if s.name.lower() == name.lower()), None)
+        return found if found is not None else self._stored(name, config).share
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -250,13 +258,17 @@ def _count(share: ShareConfig) -> int:
     return sum(len(schema.tables) for schema in share.schemas)
 
 
-def _find_table(stored: StoredShare, schema: str, table: str) -> TableConfig:
-    for candidate in stored.share.schemas:
+def _find(share: ShareConfig, schema: str, table: str) -> SharedTable:
+    for candidate in share.schemas:
         if candidate.name.lower() == schema.lower():
             for entry in candidate.tables:
                 if entry.name.lower() == table.lower():
-                    return entry
-    raise ResourceNotFound(f"table '{stored.share.name}.{schema}.{table}' not found")
+                    return SharedTable(share.name, candidate.name, entry.name, entry)
+    raise ResourceNotFound(f"table '{share.name}.{schema}.{table}' not found")
+
+
+def _find_table(stored: StoredShare, schema: str, table: str) -> TableConfig:
+    return _find(stored.share, schema, table).config
 
 
 def _schema_of(stored: StoredShare, schema: str) -> str:

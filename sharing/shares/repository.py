@@ -10,6 +10,7 @@ a share created again later under the same name starts with no recipients.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -21,7 +22,7 @@ from sharing.store import Store
 from sharing.store import schema as t
 from sharing.store.clock import now_ms
 
-__all__ = ["COUNTER", "ShareExists", "ShareRepository", "StoredShare"]
+__all__ = ["COUNTER", "ShareExists", "ShareRepository", "StoredShare", "every_share"]
 
 COUNTER = "catalog"
 RECIPIENTS_COUNTER = "recipients"  # sharing.recipients.repository.COUNTER
@@ -239,3 +240,28 @@ def _touch(connection: Connection, share: str, now: int) -> None:
         update(t.catalog_shares).where(t.catalog_shares.c.name == share).values(updated_at=now)
     )
     Store.bump(connection, COUNTER)
+
+
+def every_share(config: ServerConfig) -> tuple[ShareConfig, ...]:
+    """The file's shares and the store's (when `store.url` is set), for tools that run
+    beside the server (`lakeshare views refresh`): the catalog a server would serve, read
+    once. A store share with the name of a file share is left out (the server refuses to
+    start with one). An SQLite store that does not exist yet is not created: no shares."""
+    from sqlalchemy.engine import make_url
+
+    from sharing.store import open_store
+
+    url = config.store.url
+    if not url:
+        return config.shares
+    parsed = make_url(url)
+    embedded = parsed.get_backend_name() == "sqlite" and parsed.database
+    if embedded and not Path(str(parsed.database)).exists():
+        return config.shares
+    store = open_store(url)
+    try:
+        stored = ShareRepository(store).shares(config)
+    finally:
+        store.close()
+    names = {share.name.lower() for share in config.shares}
+    return (*config.shares, *(s.share for s in stored if s.share.name.lower() not in names))

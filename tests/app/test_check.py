@@ -208,3 +208,34 @@ def test_cloud_table_in_s3(
     assert reports["s.d.cloud"]["temporary_credentials"].startswith("not available")
     assert "historyShared" in reports["s.d.cloud"]["temporary_credentials"]
     assert reports["s.d.cloud_missing"]["status"] == "unusable"
+
+
+def test_store_tables_are_checked_and_a_missing_store_is_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`lakeshare check` reports the store's tables (sharing.shares) beside the file's, and
+    a configuration whose embedded store does not exist yet does not get one made."""
+    tables = _local_tables(tmp_path)[:1]
+    assert _run(tmp_path, _document(tables)) == 0
+    assert not (tmp_path / "lakeshare-state.db").exists()
+    capsys.readouterr()
+
+    assert main(["shares", "create", "live", "--config", str(tmp_path / "config.yaml")]) == 0
+    added = main(
+        [
+            "shares",
+            "add-table",
+            "live.d.missing",
+            "--location",
+            str(tmp_path / "no-such-table"),
+            "--force",
+            "--config",
+            str(tmp_path / "config.yaml"),
+        ]
+    )
+    assert added == 0
+    capsys.readouterr()
+    assert main(["check", "--config", str(tmp_path / "config.yaml"), "--format", "json"]) == 1
+    reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)["tables"]}
+    assert reports["s.d.good"]["status"] == "ok"
+    assert reports["live.d.missing"]["status"] == "unusable"

@@ -4,9 +4,12 @@ file that does not load leaves the previous configuration serving, saying so."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from fastapi.testclient import TestClient
 
@@ -36,12 +39,22 @@ def _write(path: Path, shares: list[str], **extra: Any) -> None:
     path.write_text(yaml.safe_dump(document))
 
 
+@pytest.fixture(autouse=True)
+def _root_log_level() -> Iterator[None]:
+    """A reload sets the root logger's level (`logLevel`); other tests keep theirs."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
+
+
 def test_restart_settings_name_what_a_reload_cannot_apply(tmp_path: Path) -> None:
     path = tmp_path / "a.yaml"
     _write(path, ["one"])
     started = load_config(path)
-    _write(path, ["one", "two"], port=9, logLevel="DEBUG", limits={"maxConnections": 5})
-    assert restart_settings(started, load_config(path)) == ["port", "limits"]
+    limits = {"maxConnections": 5, "maxBodyBytes": 10}
+    _write(path, ["one", "two"], port=9, logLevel="DEBUG", limits=limits)
+    assert restart_settings(started, load_config(path)) == ["port", "limits.maxConnections"]
     # A random signing secret (none configured) is not a change.
     plain = {"version": 1, "shares": []}
     path.write_text(yaml.safe_dump(plain))
@@ -66,8 +79,13 @@ def test_reload_applies_live_settings_and_keeps_serving_on_a_broken_file(
 
     token = "partner-token-0123456789abcdef"
     recipient = {"name": "partner", "shares": ["two"], "credentials": [{"token": token}]}
-    _write(path, ["one", "two"], recipients=[recipient], port=9)
+    _write(path, ["one", "two"], recipients=[recipient], port=9, limits={"maxBodyBytes": 10})
     assert reloader.reload("test")
+    # A limit read per request applies at once: an 11-byte body on a non-query route.
+    too_big = client.post(
+        "/delta-sharing/shares/one/schemas/d/tables/t/changes", headers=AUTH, content=b"x" * 11
+    )
+    assert too_big.status_code == 413
     assert names() == ["one", "two"]
     partner = client.get("/delta-sharing/shares", headers={"Authorization": f"Bearer {token}"})
     assert [s["name"] for s in partner.json()["items"]] == ["two"]

@@ -155,7 +155,13 @@ def test_the_supervisor_stops_its_workers_on_sigterm(tmp_path: Path) -> None:
             signal.pause()
 
     pid = _supervise(serve_until_stopped, 2)
-    _wait(lambda: all((tmp_path / f"worker-{i}").exists() for i in range(2)), "workers")
+
+    # The pid written, not only the file created (write_text creates, then writes).
+    def written(index: int) -> bool:
+        path = tmp_path / f"worker-{index}"
+        return path.exists() and bool(path.read_text())
+
+    _wait(lambda: all(written(i) for i in range(2)), "workers")
     os.kill(pid, signal.SIGTERM)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0

@@ -5,6 +5,7 @@ client is tests/http/test_console_browser.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -67,6 +68,8 @@ def _flush(client: TestClient) -> None:
 
 
 def test_pages_need_a_session_and_actions_a_csrf_token(client: TestClient) -> None:
+    assert client.get(CONSOLE).headers["location"] == f"{CONSOLE}/"
+    assert client.get(f"{CONSOLE}/").headers["location"] == f"{CONSOLE}/signin"
     page = client.get(f"{CONSOLE}/shares")
     assert page.status_code == 303
     assert page.headers["location"] == f"{CONSOLE}/signin"
@@ -120,6 +123,24 @@ def test_shares_recipients_audit_and_activity(client: TestClient) -> None:
         data={"csrf": csrf, "schema": "s", "table": "gone", "location": "/no/such/table"},
     )
     assert refused.status_code == 400 and "cannot be served" in refused.text
+    altered = client.post(
+        f"{CONSOLE}/shares/partners/schemas/s/tables/basic/alter",
+        data={"csrf": csrf, "historyShared": "yes", "comment": "changed here"},
+    )
+    assert altered.status_code == 303, altered.text
+    shares = client.app.state.shares  # type: ignore[attr-defined]
+    [entry] = shares.show("partners")["schemas"][0]["tables"]
+    assert entry["historyShared"] is True and entry["comment"] == "changed here"
+    moved = client.post(
+        f"{CONSOLE}/shares/partners/schemas/s/tables/basic/alter",
+        data={"csrf": csrf, "location": "/no/such/table"},
+    )
+    assert moved.status_code == 400 and "cannot be served" in moved.text
+    empty = client.post(
+        f"{CONSOLE}/shares/partners/schemas/s/tables/basic/alter", data={"csrf": csrf}
+    )
+    assert empty.status_code == 400
+    assert shares.show("partners")["schemas"][0]["tables"][0]["location"] == str(BASIC)
     filed = client.post(
         f"{CONSOLE}/shares/filed/tables",
         data={"csrf": csrf, "schema": "s", "table": "x", "location": str(BASIC)},
@@ -178,6 +199,11 @@ def test_shares_recipients_audit_and_activity(client: TestClient) -> None:
     _flush(client)
     audit = client.get(f"{CONSOLE}/audit", params={"recipient": "acme", "failed": "1"}).text
     assert "recipient_disabled" in audit
+    guessed = {"Authorization": "Basic " + base64.b64encode(b"acme:wrong").decode()}
+    assert client.get("/delta-sharing/shares", headers=guessed).status_code == 401
+    _flush(client)
+    claimed = client.get(f"{CONSOLE}/audit", params={"claimed": "acme"}).text
+    assert "invalid_credentials" in claimed and "recipient_disabled" not in claimed
     admin = client.get(f"{CONSOLE}/audit", params={"share": "partners"}).text
     assert "console_create_share" in admin and "console_add_table" in admin
     activity = client.get(f"{CONSOLE}/activity", params={"by": "recipient"}).text
@@ -192,3 +218,26 @@ def test_the_session_cookie_is_secure_over_tls(client: TestClient) -> None:
     assert answer.status_code == 303
     cookie = next(c for c in answer.headers.get_list("set-cookie") if "lakeshare_console=" in c)
     assert "Secure" in cookie and "HttpOnly" in cookie
+
+
+def test_failed_sign_ins_are_throttled_per_address(tmp_path: Path) -> None:
+    config = make_config(
+        {
+            "store": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "admin": {"tokenHash": hash_token(ADMIN_TOKEN)},
+            "basicAuth": {"failedAttemptsPerAddress": 3, "failedAttemptsWindowSeconds": 600},
+        }
+    )
+    with TestClient(create_app(config), follow_redirects=False) as client:
+        page = client.get(f"{CONSOLE}/signin")
+        for _ in range(3):
+            page = client.post(
+                f"{CONSOLE}/signin", data={"csrf": _csrf(page.text), "token": "guess" * 4}
+            )
+            assert page.status_code == 401
+        # Even the right token waits now: the guesser cannot tell a hit from a miss.
+        answer = client.post(
+            f"{CONSOLE}/signin", data={"csrf": _csrf(page.text), "token": ADMIN_TOKEN}
+        )
+        assert answer.status_code == 429 and int(answer.headers["retry-after"]) > 0
+        assert "lakeshare_console=" not in answer.headers.get("set-cookie", "")

@@ -259,6 +259,11 @@ def test_admin_api_manages_store_shares(server: Server) -> None:
         f"{base}/api/schemas/s/tables/t", headers=admin, json={"comment": "changed"}
     )
     assert altered.status_code == 200 and altered.json()["table"]["comment"] == "changed"
+    checked = httpx.get(f"{base}/filed/schemas/d/tables/t/check", headers=admin).json()
+    assert checked["check"]["status"] == "ok" and checked["table"]["location"] == str(BASIC)
+    spec = httpx.get(f"{server.root}/admin/openapi.json").json()
+    entry = spec["components"]["schemas"]["TableEntry"]["properties"]
+    assert {"location", "historyShared", "startVersion", "partitionFilter", "force"} <= set(entry)
     read_only = httpx.delete(f"{base}/filed", headers=admin)
     assert read_only.status_code == 409
     assert "configuration file" in read_only.json()["message"]

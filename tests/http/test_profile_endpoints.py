@@ -114,7 +114,7 @@ def test_a_reachable_endpoint_is_written_without_a_warning(
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert json.loads(captured.out)["endpoint"] == endpoint
-    assert "warning" not in captured.err
+    assert "lakeshare: warning:" not in captured.err
 
 
 def test_loopback_server_gets_its_profile_with_a_warning(

@@ -11,6 +11,7 @@ import pytest
 
 from sharing.catalog import Catalog
 from sharing.config import ConfigError
+from sharing.config.models import StoreConfig, ViewsConfig
 from sharing.errors import InvalidParameter, ResourceNotFound
 from sharing.recipients.directory import RecipientDirectory
 from sharing.shares.admin import ReadOnlyShare, ShareAdmin, TableRefused
@@ -45,6 +46,10 @@ def _config(store: Store, **extra: object):  # type: ignore[no-untyped-def]
             **extra,
         }
     )
+
+
+def _url(store: Store) -> str:
+    return store.engine.url.render_as_string(hide_password=False)
 
 
 def _admin(store: Store) -> ShareAdmin:
@@ -218,3 +223,55 @@ def test_a_store_table_takes_the_file_models_partition_filter_checked_first(stor
     assert admin.show("s")["schemas"][0]["tables"][0]["partitionFilter"] == "letter = 'a'"
     admin.alter_table("s", "d", "t", {"partitionFilter": None})
     assert live.current().get_table("s", "d", "t").config.partition_filter is None
+
+
+def test_views_refresh_copies_store_tables_that_ask_for_a_compatible_copy(
+    store: Store, tmp_path: Path
+) -> None:
+    """`lakeshare views refresh` (pipeline.cli.copy_specs) sees the store's tables too."""
+    from pipeline.cli import copy_specs
+
+    config = _config(store).model_copy(
+        update={"store": StoreConfig(url=_url(store)), "views": ViewsConfig(location=str(tmp_path))}
+    )
+    admin = _admin(store)
+    admin.create("s")
+    admin.add_table("s", "d", {"name": "plain", "location": BASIC})
+    admin.add_table("s", "d", {"name": "copied", "location": OTHER, "compatibleCopy": True})
+    specs = copy_specs(config)
+    assert [(spec.name, spec.source) for spec in specs] == [("s.d.copied", OTHER)]
+
+
+def test_a_removed_store_table_leaves_no_cache_in_a_running_app(tmp_path: Path) -> None:
+    """The wiring of app.main: the small-response selections, the log reader and the parsed
+    stats of a table removed from the store are dropped once the app sees the change."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from sharing.skipping.file_stats import file_stats
+    from sharing.skipping.stats import DEFAULT_CACHE
+    from tests.support.server import TEST_BEARER_TOKEN
+
+    config = make_config({"store": {"url": f"sqlite:///{tmp_path / 's.db'}", "cacheSeconds": 0}})
+    app = create_app(config)
+    client = TestClient(app)
+    auth = {"Authorization": f"Bearer {TEST_BEARER_TOKEN}"}
+    admin: ShareAdmin = app.state.shares
+    admin.create("s")
+    admin.add_table("s", "d", {"name": "t", "location": BASIC})
+    path = "/delta-sharing/shares/s/schemas/d/tables/t/query"
+    for _ in range(2):
+        assert client.post(path, headers=auth, json={}).status_code == 200
+    planner, tables = app.state.planner, app.state.tables
+    assert len(planner.selections) == 1
+    shared = app.state.catalog.get_table("s", "d", "t")
+    reader = tables.delta_table(shared)
+    stats = tables.latest(shared).files.column("stats")
+    file_stats(tables.latest(shared).files, [], DEFAULT_CACHE)
+    assert DEFAULT_CACHE.has(stats, [])
+
+    admin.remove_table("s", "d", "t")
+    assert client.post(path, headers=auth, json={}).status_code == 404
+    assert len(planner.selections) == 0
+    assert not DEFAULT_CACHE.has(stats, [])
+    assert tables.delta_table(shared) is not reader
