@@ -16,6 +16,7 @@ from fastapi import Depends, Request
 from app.auth import CurrentPrincipal, catalog_for
 from sharing.catalog import Catalog
 from sharing.config import ServerConfig
+from sharing.errors import Forbidden
 from sharing.formats import FILE_ID_HASH_HEADER, parse_file_id_hash
 from sharing.presign.local import UrlHolder
 from sharing.presign.local_verify import FileServer
@@ -23,6 +24,7 @@ from sharing.query import capabilities
 from sharing.query.async_service import AsyncQueryService
 from sharing.query.capabilities import Capabilities
 from sharing.query.planner import Planner
+from sharing.shares.admin import ShareAdmin
 from sharing.tables import TableService
 
 __all__ = [
@@ -36,7 +38,16 @@ __all__ = [
     "PlannerDep",
     "TablesDep",
     "UrlHolderDep",
+    "share_admin",
 ]
+
+
+def share_admin(request: Request) -> ShareAdmin:
+    """The run-time share service of the admin API and the console (needs the store)."""
+    shares: ShareAdmin | None = request.app.state.shares
+    if shares is None:
+        raise Forbidden("managing shares needs a state store, and none could be opened")
+    return shares
 
 
 async def get_config(request: Request) -> ServerConfig:

@@ -30,6 +30,7 @@ from app.console.session import (
     Session,
     SessionKeys,
 )
+from app.deps import share_admin
 from sharing.config import ServerConfig
 from sharing.errors import Forbidden, SharingError
 from sharing.recipients.activity import GroupBy, activity
@@ -149,13 +150,6 @@ def _repository(request: Request) -> RecipientRepository:
     if repository is None:
         raise Forbidden("the console needs a state store, and none could be opened")
     return repository
-
-
-def _shares(request: Request) -> ShareAdmin:
-    shares: ShareAdmin | None = request.app.state.shares
-    if shares is None:
-        raise Forbidden("managing shares needs a state store, and none could be opened")
-    return shares
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -321,19 +315,23 @@ def build_console(
     @app.get("/shares", name="console_shares")
     def shares_page(request: Request, session: Signed) -> Response:
         return _render(
-            request, "shares.html", session=session, shares=_shares(request).list(), nav="shares"
+            request,
+            "shares.html",
+            session=session,
+            shares=share_admin(request).list(),
+            nav="shares",
         )
 
     @app.post("/shares", name="console_create_share")
     def create_share(request: Request, form: Action) -> Response:
         name = _one(form, "name")
         _target(request, share=name)
-        created = _shares(request).create(name, _one(form, "comment"))
+        created = share_admin(request).create(name, _one(form, "comment"))
         return _back(request, f"/shares/{created['name']}")
 
     @app.get("/shares/{share}", name="console_share")
     def share_page(request: Request, share: str, session: Signed) -> Response:
-        admin = _shares(request)
+        admin = share_admin(request)
         detail = admin.show(share)
         reports = {report.table: report for report in admin.check(share)}
         repository = _repository(request)
@@ -351,7 +349,7 @@ def build_console(
 
     @app.post("/shares/{share}/delete", name="console_delete_share")
     def delete_share(request: Request, share: str, form: Action) -> Response:
-        _shares(request).delete(share)
+        share_admin(request).delete(share)
         return _back(request, "/shares")
 
     @app.post("/shares/{share}/tables", name="console_add_table")
@@ -366,7 +364,7 @@ def build_console(
                 fields[key] = _one(form, key)
         if _one(form, "startVersion"):
             fields["startVersion"] = _one(form, "startVersion")
-        _shares(request).add_table(share, schema, fields, force=bool(_one(form, "force")))
+        share_admin(request).add_table(share, schema, fields, force=bool(_one(form, "force")))
         return _back(request, f"/shares/{share}")
 
     @app.post("/shares/{share}/schemas/{schema}/tables/{table}/alter", name="console_alter_table")
@@ -386,14 +384,16 @@ def build_console(
             changes[key] = None
         if not changes:
             raise InvalidValue("nothing to change: fill in at least one field")
-        _shares(request).alter_table(share, schema, table, changes, force=bool(_one(form, "force")))
+        share_admin(request).alter_table(
+            share, schema, table, changes, force=bool(_one(form, "force"))
+        )
         return _back(request, f"/shares/{share}")
 
     @app.post("/shares/{share}/schemas/{schema}/tables/{table}/remove", name="console_remove_table")
     def remove_table(
         request: Request, share: str, schema: str, table: str, form: Action
     ) -> Response:
-        _shares(request).remove_table(share, schema, table)
+        share_admin(request).remove_table(share, schema, table)
         return _back(request, f"/shares/{share}")
 
     # -- recipients --------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from starlette.responses import Response
 
 from app import issuing
 from app.audit import attribute_to, refused
+from app.deps import share_admin
 from app.errors import install_error_handlers
 from app.responses import JsonResponse
 from app.swagger_page import install_swagger_page
@@ -142,13 +143,6 @@ def _repository(request: Request) -> RecipientRepository:
     return repository
 
 
-def _shares(request: Request) -> ShareAdmin:
-    shares: ShareAdmin | None = request.app.state.shares
-    if shares is None:
-        raise Forbidden("managing shares needs a state store, and none could be opened")
-    return shares
-
-
 def _target(request: Request, **names: str) -> None:
     """Name what a request acts on for its audit record (the path does not always)."""
     request.scope["path_params"] = {**request.scope.get("path_params", {}), **names}
@@ -184,7 +178,7 @@ def _require_admin(
 
 
 Repository = Annotated[RecipientRepository, Depends(_repository)]
-Shares = Annotated[ShareAdmin, Depends(_shares)]
+Shares = Annotated[ShareAdmin, Depends(share_admin)]
 
 
 def _endpoint(request: Request, override: str | None) -> tuple[str, str]:

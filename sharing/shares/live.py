@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable
 
 from sharing.catalog import Catalog, SharedTable
-from sharing.config import ConfigError, ServerConfig, ShareConfig, default_table_id
+from sharing.config import ConfigError, ServerConfig, ShareConfig
+from sharing.config.loading import with_default_ids
 from sharing.shares.repository import COUNTER, ShareRepository
 from sharing.slices import Viewer
 from sharing.tokens import TokenCodec
@@ -187,7 +188,7 @@ class LiveCatalog:
             if problem not in self._store_problems:
                 log.warning("%s", problem)
         self._store_problems = tuple(problems)
-        self._store_shares = tuple(_with_default_ids(s.share) for s in stored)
+        self._store_shares = tuple(with_default_ids(s.share) for s in stored)
         self._seen = counter
 
     def _rebuild(self) -> bool:
@@ -235,18 +236,3 @@ class LiveCatalog:
 def _identity(table: SharedTable) -> tuple[str, str]:
     """A table as served: its name and its whole entry (any change is a new table)."""
     return table.full_name.lower(), table.config.model_dump_json()
-
-
-def _with_default_ids(share: ShareConfig) -> ShareConfig:
-    schemas = []
-    for schema in share.schemas:
-        tables = tuple(
-            table
-            if table.id
-            else table.model_copy(
-                update={"id": default_table_id(share.name, schema.name, table.name)}
-            )
-            for table in schema.tables
-        )
-        schemas.append(schema.model_copy(update={"tables": tables}))
-    return share.model_copy(update={"schemas": tuple(schemas)})
