@@ -1,5 +1,6 @@
 """The Spark job of a copy refresh: each task reads some source files (deletion vectors
 applied, logical names, through deltalog) and writes one output file per source file.
+Work on a few small files (`IN_PROCESS_BYTES`) runs in the refresher itself.
 
 The job is a Python data source whose "rows" are the files its tasks wrote: a source the
 driver reads with `collect()`, so it runs the same on local Spark, a cluster, or Spark
@@ -39,7 +40,10 @@ FAIL_OPTION = "failOnSourcePath"
 """Failure injection for tests: a task reaching this source path raises (after writing
 the files before it)."""
 SCHEMA = "path string, size long, partitionValues string, stats string, mtime long, rows long"
+_COLUMNS = ("path", "size", "partitionValues", "stats", "mtime", "rows")
 DEFAULT_GROUP_BYTES = 64 << 20
+IN_PROCESS_BYTES = 8 << 20
+"""Work on source files totalling at most this runs in the refresher's process."""
 
 
 def run_copy_job(
@@ -50,6 +54,7 @@ def run_copy_job(
     *,
     max_group_bytes: int | None = None,
     fail_on: str | None = None,
+    in_process_bytes: int = IN_PROCESS_BYTES,
 ) -> list[OutputFile]:
     """Compute the output of `plan.todo`; the files written (not yet committed)."""
     if not plan.todo:
@@ -65,10 +70,21 @@ def run_copy_job(
         if hasattr(spark, "sparkContext")
         else 2,
     }
-    reader = spark.read.format(NAME).option("plan", json.dumps(document))
+    options = {"plan": json.dumps(document)}
     if fail_on is not None:
-        reader = reader.option(FAIL_OPTION, fail_on)
-    rows = reader.schema(SCHEMA).load().collect()
+        options[FAIL_OPTION] = fail_on
+    if sum(ref.size for ref in plan.todo) <= in_process_bytes:
+        # Small work (typically one changed file) costs less than scheduling a Spark job
+        # (about 0.3 s for a Python data source): the refresher runs the task itself.
+        local = CopyJobReader(options)
+        rows: list[Any] = [
+            dict(zip(_COLUMNS, values, strict=True)) for values in local.read(CopyTask(local.files))
+        ]
+    else:
+        reader = spark.read.format(NAME)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        rows = reader.schema(SCHEMA).load().collect()
     return [
         OutputFile(
             path=r["path"],

@@ -22,7 +22,7 @@ from pipeline.copies import (
     open_source,
     plan_refresh,
 )
-from pipeline.copy_job import run_copy_job
+from pipeline.copy_job import IN_PROCESS_BYTES, run_copy_job
 
 log = logging.getLogger("lakeshare.pipeline.copies")
 
@@ -35,6 +35,7 @@ def refresh_copy(
     source_version: int | None = None,
     max_group_bytes: int | None = None,
     inject_failure_at: str | None = None,
+    in_process_bytes: int = IN_PROCESS_BYTES,
 ) -> RefreshResult:
     """Bring the copy up to the source's latest version (or `source_version`): one commit,
     or none when the copy is already there (or a concurrent refresh got there first)."""
@@ -49,7 +50,13 @@ def refresh_copy(
     run = uuid.uuid4().hex[:12]
     try:
         written = run_copy_job(
-            spark, spec, plan, run, max_group_bytes=max_group_bytes, fail_on=inject_failure_at
+            spark,
+            spec,
+            plan,
+            run,
+            max_group_bytes=max_group_bytes,
+            fail_on=inject_failure_at,
+            in_process_bytes=in_process_bytes,
         )
         committed = commit_refresh(spec, plan, written)
     except BaseException:

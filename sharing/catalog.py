@@ -150,11 +150,13 @@ class Catalog:
         properties, so `current_recipient` is NULL everywhere)."""
         if table.partition_filter is None:
             return None
-        found = self._bound.get(table.id)
+        # Keyed on the filter, not the table id: entries may share an id (with a warning)
+        # and still carry different filters.
+        found = self._bound.get(table.partition_filter)
         if found is None:
             properties = self._viewer.properties if self._viewer is not None else ()
             found = bind(parse_partition_filter(table.partition_filter), properties)
-            self._bound[table.id] = found
+            self._bound[table.partition_filter] = found
         return found
 
     # -- lookups -----------------------------------------------------------------------------

@@ -64,7 +64,8 @@ def test_incremental_equals_full_at_every_version(
     full = CopySpec("s.s.full", source, str(tmp_path / "full"))
     for version in range(table.earliest_version(), table.latest_version() + 1):
         before = open_copy(incremental)
-        result = refresh_copy(delta_spark, incremental, source_version=version)
+        # the incremental copy's work runs on Spark tasks, the full one's in the refresher
+        result = refresh_copy(delta_spark, incremental, source_version=version, in_process_bytes=0)
         refresh_copy(delta_spark, full, source_version=version, full=True)
         expected = delta_rs_rows(source, version)
         assert _rows(tmp_path / "incremental") == expected, f"version {version}"
@@ -98,8 +99,9 @@ def test_a_second_refresh_of_the_same_version_commits_nothing(
     assert DeltaRsTable(spec.location).version() == 0
 
 
+@pytest.mark.parametrize("in_process_bytes", [0, 1 << 30], ids=["spark-tasks", "in-process"])
 def test_a_failing_task_leaves_the_copy_as_it_was_and_no_files(
-    delta_spark: Any, tmp_path: Path
+    delta_spark: Any, tmp_path: Path, in_process_bytes: int
 ) -> None:
     source = str(corpus_table(WALKED[0]))
     spec = CopySpec("s.s.t", source, str(tmp_path / "copy"))
@@ -111,7 +113,13 @@ def test_a_failing_task_leaves_the_copy_as_it_was_and_no_files(
     new = [r for r in file_refs(target) if (r.path, r.dv_id) not in at_five]
     assert len(new) >= 2  # other tasks write files before or while the failing one fails
     with pytest.raises(Exception, match="injected failure"):
-        refresh_copy(delta_spark, spec, inject_failure_at=new[-1].path, max_group_bytes=1)
+        refresh_copy(
+            delta_spark,
+            spec,
+            inject_failure_at=new[-1].path,
+            max_group_bytes=1,
+            in_process_bytes=in_process_bytes,
+        )
     assert DeltaRsTable(spec.location).version() == 0
     assert _rows(tmp_path / "copy") == rows_before
     assert _data_files(tmp_path / "copy") == files_before

@@ -183,3 +183,33 @@ def test_catalog_views_bind_each_viewers_properties() -> None:
     whole = catalog.get_table("s", "d", "t")
     assert whole.partition_filter is not None
     assert whole.slice_key == bind(parse_partition_filter(table["partitionFilter"]), ()).key
+
+
+def test_tables_sharing_an_id_keep_their_own_filters() -> None:
+    """Two entries with the same id (allowed, with a warning: the same table shared twice)
+    but different filters: each is read through its own filter, whichever one the
+    recipient asked for first (the bound filters were once cached per table id, so the
+    second entry was served through the first one's filter)."""
+    location = str(corpus_table(PARTITIONED))
+    narrow = {
+        "name": "narrow",
+        "id": "same",
+        "location": location,
+        "partitionFilter": "letter = 'e'",
+    }
+    wide = {
+        "name": "wide",
+        "id": "same",
+        "location": location,
+        "partitionFilter": "letter = current_recipient('l') OR letter IS NOT NULL",
+    }
+    config = make_config(
+        {"shares": [{"name": "s", "schemas": [{"name": "d", "tables": [wide, narrow]}]}]}
+    )
+    view = Catalog(config).visible_to(frozenset({"s"}), Viewer("acme", (("l", "a"),)))
+    first = view.get_table("s", "d", "wide").partition_filter
+    second = view.get_table("s", "d", "narrow").partition_filter
+    assert first is not None and second is not None
+    assert second.text == "letter = 'e'"
+    assert second.key == bind(parse_partition_filter("letter = 'e'"), (("l", "a"),)).key
+    assert first.key != second.key
