@@ -28,6 +28,7 @@ from app.routes import (
     landing,
     listing,
     queries,
+    s3,
     tables,
 )
 from app.routes import token as oauth_token
@@ -41,6 +42,7 @@ from sharing.query.planner import Planner
 from sharing.recipients.audit import RefusalBudget
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
+from sharing.s3.access import KeyChecker
 from sharing.shares.admin import ShareAdmin
 from sharing.shares.live import LiveCatalog, RemovedListener
 from sharing.shares.repository import ShareRepository
@@ -127,6 +129,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.catalog.on_change(lambda catalog: metrics.catalog_changed(catalog.shares))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
     app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    app.state.s3_keys = KeyChecker(
+        config.signing_secret, app.state.recipients.directory, app.state.catalog
+    )
     recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
         config,
@@ -145,6 +150,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
     # Signed file URLs carry their own authorisation (the signature), not the bearer token.
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+    # So is the S3 endpoint of local tables (SigV4 with vended keys: sharing.s3).
+    app.include_router(s3.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
     # The OAuth token endpoint authenticates its clients itself (RFC 6749).
     oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
     app.include_router(

@@ -60,20 +60,12 @@ def _hop_address(value: str) -> str | None:
 
 
 def _split_list(value: str) -> list[str]:
-    """A header's comma-separated elements; commas inside quoted strings do not split."""
-    parts: list[str] = []
-    current: list[str] = []
-    quoted = False
-    for char in value:
-        if char == '"':
-            quoted = not quoted
-        if char == "," and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return [part.strip() for part in parts if part.strip()]
+    """A header's comma-separated elements. Every comma splits, quoted or not: the entries
+    trusted proxies write (addresses, `for="[v6]:port"`, schemes, host names) hold none,
+    and honouring quotes let a client's unbalanced `"` swallow the entry the proxy
+    appended after it. A quoted comma left of the client's entry splits an element the
+    walk never reaches."""
+    return [part.strip() for part in value.split(",") if part.strip()]
 
 
 def _forwarded_element(element: str) -> Hop:

@@ -230,14 +230,13 @@ def filter_problem(text: str, metadata: Metadata) -> str | None:
 
 
 def _vending(shared: SharedTable, storage: Storage) -> str:
-    """Whether recipients can ask for temporary table credentials (cloud tables only)."""
-    if not storage.kind.is_cloud:
-        return "not applicable (local table)"
+    """Whether recipients can ask for temporary table credentials (for a local table: keys
+    for the server's S3 endpoint)."""
     if shared.config.partition_filter is not None:
         return "not available: the table is shared with a partition filter"
     support = vending_support(shared, storage)
     if support.possible:
-        return "available"
+        return "available" if storage.kind.is_cloud else "available (the server's S3 endpoint)"
     return f"not available: {support.reason} {support.detail}".strip()
 
 

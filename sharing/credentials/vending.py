@@ -132,6 +132,8 @@ def vending_support(shared: SharedTable, storage: Storage) -> VendingSupport:
             "history sharing is not enabled on the table",
             "set historyShared: true on the table to offer temporary credentials",
         )
+    if storage.kind is StorageKind.LOCAL:  # keys for the server's own S3 endpoint (sharing.s3)
+        return VendingSupport(True)
     table = parse_location(shared.config.location)
     if table is None or not storage.kind.is_cloud:
         return VendingSupport(False, NOT_CLOUD, "the table is not on S3, GCS or Azure")

@@ -282,6 +282,13 @@ class RecipientDirectory:
             raise _invalid()
         return self._admit(recipient, credential_id, client, now_ms())
 
+    def admit(
+        self, recipient: Recipient, credential_id: str | None, client: str | None
+    ) -> Principal:
+        """The principal of a recipient a vended key named (sharing.s3.access): its state,
+        expiry and IP allow-list applied as for a bearer token; RefusedForbidden otherwise."""
+        return self._admit(recipient, credential_id, client, now_ms())
+
     def recipient(self, name: str) -> Recipient | None:
         """A recipient by name, configuration first, then the store (cached)."""
         key = name.lower()

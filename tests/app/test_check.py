@@ -56,7 +56,9 @@ def test_verdicts_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[st
     good, dv = reports["s.d.good"], reports["s.d.dv"]
     assert (good["status"], good["version"], good["num_files"]) == ("ok", 1, 6)
     assert good["formats"] == ["parquet", "delta"] and good["problems"] == []
-    assert good["temporary_credentials"] == "not applicable (local table)"
+    assert good["temporary_credentials"].startswith(
+        "not available: history sharing is not enabled on the table"
+    )
     assert (dv["status"], dv["version"], dv["min_reader_version"]) == ("ok", 15, 3)
     assert dv["reader_features"] == ["deletionVectors"]
     assert dv["formats"] == ["delta"]

@@ -73,3 +73,21 @@ def test_scheme_and_host_of_the_nearest_proxy() -> None:
     ]
     _, nearest = client_address("127.0.0.1", forwarded_hops(headers, "X-Forwarded-For"), TRUSTED)
     assert nearest is not None and (nearest.scheme, nearest.host) == ("https", "share.example:8443")
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "expected"),
+    [
+        # A client's unbalanced quote must not swallow the address the proxy appended (the
+        # request was once attributed to the trusted proxy itself: its allow-lists and
+        # failed-login throttle, and an audit trail without the client's address).
+        ("X-Forwarded-For", '", 203.0.113.9', "203.0.113.9"),
+        ("X-Forwarded-For", '198.51.100.1, "x, 203.0.113.9, 10.0.0.7', "203.0.113.9"),
+        ("Forwarded", 'for=", for=203.0.113.9', "203.0.113.9"),
+        ("Forwarded", 'for="x;host=", for=203.0.113.9;proto=https', "203.0.113.9"),
+    ],
+)
+def test_a_clients_quote_does_not_hide_the_proxys_entry(
+    header: str, value: str, expected: str
+) -> None:
+    assert _client("127.0.0.1", header, (header, value)) == expected

@@ -118,14 +118,16 @@ def test_errors_before_any_cloud_is_asked() -> None:
     assert response.status_code == 400
     assert response.json() == {"errorCode": "INVALID_PARAMETER_VALUE", "message": OUTSIDE_TABLE}
     assert _post(client, "hist", {"location": 3}).json()["errorCode"] == "MALFORMED_REQUEST"
-    assert _post(client, "local").json()["errorCode"] == "UNSUPPORTED_OPERATION"
+    # A local table gets a key for the server's own S3 endpoint (tests/http/test_s3_endpoint.py).
+    local = _post(client, "local").json()["credentials"]
+    assert local["awsTempCredentials"]["endpoint"].endswith("/delta-sharing/s3")
     assert _post(client, "nope").status_code == 404
     unauthenticated = client.post(
         "/delta-sharing/shares/share/schemas/schema/tables/hist/temporary-table-credentials"
     )
     assert unauthenticated.status_code == 401
     assert not _support(tables, "plain").possible
-    assert not _support(tables, "local").possible
+    assert _support(tables, "local").possible
 
 
 # -- S3 ---------------------------------------------------------------------------------------

@@ -1,0 +1,246 @@
+"""What a request to the S3 endpoint may read, decided afresh for every request.
+
+The signature proves the key's claims (sharing.s3.keys); this module then asks the same
+sources as a bearer-token request: the recipient directory (disabled, expired, revoked
+credential, IP allow-list: cached for at most `store.cacheSeconds`) and the live catalog as
+that recipient sees it (the table still shared with it, whole — a partition-filtered view
+would be bypassed by reading files — and with its history shared). Only then is the object
+key resolved inside the table's folder, symlinks included.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from deltalog.storage import resolve
+from deltalog.storage.kinds import StorageKind
+from sharing.catalog import Catalog, SharedTable
+from sharing.errors import Forbidden, ResourceNotFound, SharingError
+from sharing.presign.local_verify import resolve_inside
+from sharing.recipients.directory import RecipientDirectory
+from sharing.recipients.model import ANONYMOUS, Principal
+from sharing.recipients.names import ANONYMOUS_RECIPIENT
+from sharing.recipients.refusals import Reason, Refusal
+from sharing.s3 import keys, sigv4
+from sharing.s3.errors import S3Error
+from sharing.slices import Viewer
+
+__all__ = ["Grant", "KeyChecker", "TableFolder"]
+
+
+class LiveCatalog(Protocol):
+    def visible_to(self, shares: frozenset[str], viewer: Viewer | None = None) -> Catalog: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A verified key as it stands now: whom it was vended to and the table it opens."""
+
+    claims: keys.KeyClaims
+    shared: SharedTable
+
+    def folder(self) -> TableFolder:
+        return TableFolder(self.shared.config.location)
+
+
+def _refusal(reason: Reason, claims: keys.KeyClaims | None) -> Refusal:
+    if claims is None:
+        return Refusal(reason)
+    return Refusal(reason, claims.recipient, claims.credential_id)
+
+
+class KeyChecker:
+    """Verifies signed requests against vended keys and the server's current state."""
+
+    def __init__(
+        self,
+        signing_secret: str | bytes,
+        directory: RecipientDirectory,
+        catalog: LiveCatalog,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._secret = signing_secret
+        self._directory = directory
+        self._catalog = catalog
+        self._clock = clock
+
+    def check(
+        self,
+        bucket: str,
+        method: str,
+        raw_path: str,
+        raw_query: str,
+        headers: Mapping[str, str],
+        header_lists: Mapping[str, list[str]],
+        query: list[tuple[str, str]],
+        client: str | None,
+    ) -> Grant:
+        """The grant of a request's key, or S3Error (whose `refusal` names the key's holder
+        once the signature held)."""
+        signed = sigv4.parse_signed_request(headers, query)
+        if signed.session_token is None:
+            raise S3Error(403, "InvalidToken", "A session token is required.", refused=True)
+        try:
+            claims = keys.read_token(signed.session_token)
+        except keys.MalformedKey:
+            raise S3Error(
+                400,
+                "InvalidToken",
+                "The provided token is malformed or otherwise invalid.",
+                refused=True,
+            ) from None
+        if keys.access_key_id(signed.session_token) != signed.access_key_id:
+            raise S3Error(
+                403,
+                "InvalidAccessKeyId",
+                "The access key id does not go with the session token.",
+                refused=True,
+            )
+        secret = keys.secret_for(self._secret, signed.session_token)
+        sigv4.verify(signed, secret, method, raw_path, raw_query, header_lists, self._clock)
+        # The signature holds: the claims are the server's own.
+        if claims.expires_ms <= int(self._clock() * 1000):
+            raise _verified(S3Error.expired_token(), Reason.CREDENTIAL_EXPIRED, claims)
+        principal = self._principal(claims, client)
+        shared = self._table(claims, principal)
+        if bucket != claims.bucket:
+            raise _verified(
+                S3Error.access_denied("The key does not grant access to this bucket."),
+                Reason.FORBIDDEN,
+                claims,
+            )
+        return Grant(claims, shared)
+
+    def _principal(self, claims: keys.KeyClaims, client: str | None) -> Principal:
+        directory = self._directory
+        if claims.recipient == ANONYMOUS_RECIPIENT and claims.credential_id is None:
+            if directory.anonymous:
+                return ANONYMOUS
+            raise _verified(S3Error.access_denied(), Reason.INVALID_CREDENTIALS, claims)
+        recipient = directory.recipient(claims.recipient)
+        if recipient is None:
+            raise _verified(S3Error.access_denied(), Reason.INVALID_CREDENTIALS, claims)
+        if claims.credential_id is not None:
+            entry = directory.credential(claims.credential_id)
+            if entry is not None:
+                credential, owner = entry
+                if owner.name != recipient.name or not credential.usable(int(self._clock() * 1000)):
+                    raise _verified(S3Error.access_denied(), Reason.CREDENTIAL_REVOKED, claims)
+        try:
+            return directory.admit(recipient, claims.credential_id, client)
+        except SharingError as exc:
+            refusal = getattr(exc, "refusal", None)
+            reason = refusal.reason if isinstance(refusal, Refusal) else Reason.FORBIDDEN
+            raise _verified(S3Error.access_denied(), reason, claims) from None
+
+    def _table(self, claims: keys.KeyClaims, principal: Principal) -> SharedTable:
+        viewer = Viewer(principal.recipient, principal.properties)
+        catalog = self._catalog.visible_to(principal.shares, viewer)
+        try:
+            shared = catalog.get_table(claims.share, claims.schema, claims.table)
+        except ResourceNotFound:
+            raise _verified(
+                S3Error.access_denied("The table is no longer shared with this key's holder."),
+                Reason.FORBIDDEN,
+                claims,
+            ) from None
+        if shared.partition_filter is not None or not shared.config.history_shared:
+            raise _verified(
+                S3Error.access_denied("The table's files are not open to direct access."),
+                Reason.FORBIDDEN,
+                claims,
+            )
+        return shared
+
+
+def _verified(error: S3Error, reason: Reason, claims: keys.KeyClaims) -> S3Error:
+    """An error for a request whose signature held: the audit names the key's holder."""
+    error.refusal = _refusal(reason, claims)
+    return error
+
+
+@dataclass(frozen=True, slots=True)
+class ListedObject:
+    """A file as S3 lists it (`key` relative to the table; a real path from `open`)."""
+
+    key: str
+    size: int
+    modified: float
+    etag: str
+
+
+def entity_tag(st: os.stat_result) -> str:
+    """An entity tag that changes when the file does (S3 clients require one)."""
+    text = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}".encode()
+    return '"' + hashlib.md5(text, usedforsecurity=False).hexdigest() + '"'
+
+
+class TableFolder:
+    """A local table's folder as S3 objects: keys are paths relative to the table root."""
+
+    def __init__(self, location: str) -> None:
+        storage, root = resolve(location)
+        if storage.kind is not StorageKind.LOCAL:
+            raise S3Error.access_denied("Only local tables are served by this endpoint.")
+        self.root = os.path.realpath(root)
+
+    def open(self, key: str) -> ListedObject:
+        """The file an object key names, or NoSuchKey (outside the folder, a directory,
+        missing: all the same, so probing reveals nothing about the disk)."""
+        try:
+            path = resolve_inside(self.root, key)
+        except Forbidden:
+            raise S3Error.no_such_key() from None
+        try:
+            st = os.stat(path)
+        except OSError:
+            raise S3Error.no_such_key() from None
+        if not stat.S_ISREG(st.st_mode):
+            raise S3Error.no_such_key()
+        return ListedObject(path, st.st_size, st.st_mtime, entity_tag(st))
+
+    def walk(self, prefix: str) -> Iterator[ListedObject]:
+        """Every file whose key starts with `prefix`, in key order (S3's listing order: by
+        UTF-8 bytes). Only directories the prefix can reach are entered; symlinks leading
+        outside the folder are left out."""
+        yield from self._walk("", prefix)
+
+    def _walk(self, relative_dir: str, prefix: str) -> Iterator[ListedObject]:
+        directory = os.path.join(self.root, relative_dir) if relative_dir else self.root
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        named: list[tuple[str, os.DirEntry[str], bool]] = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                continue
+            key = relative_dir + entry.name + ("/" if is_dir else "")
+            named.append((key, entry, is_dir))
+        # A directory sorts as its keys do: by its name followed by "/".
+        named.sort(key=lambda item: item[0].encode())
+        for key, entry, is_dir in named:
+            if is_dir:
+                if (key.startswith(prefix) or prefix.startswith(key)) and self._inside(entry.path):
+                    yield from self._walk(key, prefix)
+                continue
+            if not key.startswith(prefix) or not self._inside(entry.path):
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield ListedObject(key, st.st_size, st.st_mtime, entity_tag(st))
+
+    def _inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return os.path.commonpath([self.root, real]) == self.root and real != self.root

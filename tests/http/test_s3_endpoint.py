@@ -1,0 +1,358 @@
+"""The server's S3 endpoint for local tables, with real S3 clients against a running server:
+boto3 (botocore's SigV4 signer, header and presigned) and delta-rs (`deltalake`, Rust
+object_store) reading a shared local table through the keys that
+`temporary-table-credentials` vends. No S3 emulator: the server itself must check every
+signature (moto does not), so a tampered, foreign, expired or revoked key is refused here
+with S3's own error codes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+import yaml
+from botocore.client import BaseClient
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from app.cli import main as cli
+from sharing.config import load_config
+from sharing.s3 import keys
+from tests.support.corpus import CORPUS
+from tests.support.recipients import create_recipient, recipients_cli
+from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
+
+BASIC = CORPUS / "levi/dat/basic_append/delta"
+PARTITIONED = CORPUS / "levi/dat/basic_partitioned/delta"
+
+
+def _table(name: str, location: Path, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "location": str(location), "historyShared": True, **extra}
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    document: dict[str, Any] = {
+        "version": 1,
+        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
+        "signingSecret": TEST_SIGNING_SECRET,
+        "host": "127.0.0.1",
+        "port": 0,
+        "store": {"cacheSeconds": 0, "url": f"sqlite:///{tmp_path / 'store.db'}"},
+        "shares": [
+            {
+                "name": "sales",
+                "schemas": [
+                    {
+                        "name": "d",
+                        "tables": [
+                            _table("basic", BASIC),
+                            _table("parts", PARTITIONED),
+                            {"name": "nohistory", "location": str(BASIC)},
+                            _table("slice", PARTITIONED, partitionFilter="letter = 'a'"),
+                        ],
+                    }
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "server.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def server(config_file: Path, tmp_path: Path) -> Iterator[RunningServer]:
+    with run_server(load_config(config_file), tmp_path / "srv") as running:
+        yield running
+
+
+def _vend(server: RunningServer, table: str, token: str = TEST_BEARER_TOKEN) -> httpx.Response:
+    return httpx.post(
+        server.url(f"/shares/sales/schemas/d/tables/{table}/temporary-table-credentials"),
+        headers={"Authorization": f"Bearer {token}"},
+        json={},
+    )
+
+
+def _credentials(
+    server: RunningServer, table: str, token: str = TEST_BEARER_TOKEN
+) -> dict[str, Any]:
+    reply = _vend(server, table, token)
+    assert reply.status_code == 200, reply.text
+    body: dict[str, Any] = reply.json()["credentials"]
+    return body
+
+
+def _client(aws: dict[str, str], **override: str) -> BaseClient:
+    values = {**aws, **override}
+    return boto3.client(
+        "s3",
+        endpoint_url=values["endpoint"],
+        region_name=values["region"],
+        aws_access_key_id=values["accessKeyId"],
+        aws_secret_access_key=values["secretAccessKey"],
+        aws_session_token=values["sessionToken"],
+        config=Config(
+            signature_version="s3v4",
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1},
+        ),
+    )
+
+
+def _bucket(location: str) -> str:
+    assert location.startswith("s3://") and location.endswith("/")
+    return location[len("s3://") : -1]
+
+
+def _code(error: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(error.value.response["Error"]["Code"])
+
+
+def test_vended_key_reads_objects_with_ranges(server: RunningServer) -> None:
+    creds = _credentials(server, "basic")
+    aws = creds["awsTempCredentials"]
+    assert aws["endpoint"] == server.base_url + "/s3"
+    assert creds["expirationTime"] > time.time() * 1000
+    bucket = _bucket(creds["location"])
+    s3 = _client(aws)
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")
+    names = [item["Key"] for item in listed["Contents"]]
+    expected = sorted(
+        "_delta_log/" + p.name for p in (BASIC / "_delta_log").iterdir() if p.is_file()
+    )
+    assert names == expected
+    data = sorted(p.name for p in BASIC.glob("*.parquet"))
+    assert data, "the corpus table has data files"
+    whole = (BASIC / data[0]).read_bytes()
+    got = s3.get_object(Bucket=bucket, Key=data[0])
+    assert got["Body"].read() == whole
+    assert got["ContentLength"] == len(whole)
+    part = s3.get_object(Bucket=bucket, Key=data[0], Range="bytes=4-99")
+    assert part["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert part["Body"].read() == whole[4:100]
+    assert part["ContentRange"] == f"bytes 4-99/{len(whole)}"
+    tail = s3.get_object(Bucket=bucket, Key=data[0], Range="bytes=-8")
+    assert tail["Body"].read() == whole[-8:]
+    head = s3.head_object(Bucket=bucket, Key=data[0])
+    assert head["ContentLength"] == len(whole) and head["ETag"].startswith('"')
+    # Paged listing (max-keys 1) walks the same keys with continuation tokens.
+    pages = s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix="_delta_log/", PaginationConfig={"PageSize": 1}
+    )
+    assert [item["Key"] for page in pages for item in page.get("Contents", [])] == expected
+    # Delimited listing of the table root: the log folder is a common prefix.
+    root = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert {"Prefix": "_delta_log/"} in root["CommonPrefixes"]
+    files = sorted(p.name for p in BASIC.iterdir() if p.is_file())
+    assert [item["Key"] for item in root["Contents"]] == files
+
+
+def test_presigned_urls_are_checked(server: RunningServer) -> None:
+    creds = _credentials(server, "basic")
+    bucket = _bucket(creds["location"])
+    s3 = _client(creds["awsTempCredentials"])
+    key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key})
+    reply = httpx.get(url)
+    assert reply.status_code == 200 and reply.content == (BASIC / key).read_bytes()
+    tampered = url.replace("X-Amz-Signature=", "X-Amz-Signature=0")[:-1]
+    refused = httpx.get(tampered)
+    assert refused.status_code == 403
+    assert "<Code>SignatureDoesNotMatch</Code>" in refused.text
+    other = url.replace(key, "_delta_log/00000000000000000000.json")
+    assert "<Code>SignatureDoesNotMatch</Code>" in httpx.get(other).text
+
+
+def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
+    creds = _credentials(server, "basic")
+    aws = creds["awsTempCredentials"]
+    bucket = _bucket(creds["location"])
+    key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
+    size = (BASIC / key).stat().st_size
+
+    with pytest.raises(ClientError) as error:  # a secret one character off
+        _client(aws, secretAccessKey=aws["secretAccessKey"][:-1] + "A").get_object(
+            Bucket=bucket, Key=key
+        )
+    assert _code(error) == "SignatureDoesNotMatch"
+
+    # Claims edited in the session token (another table): the id and secret no longer match.
+    claims = keys.read_token(aws["sessionToken"])
+    forged = keys.mint(
+        "not-the-server-secret-0123456789",
+        share=claims.share,
+        schema=claims.schema,
+        table="parts",
+        recipient=claims.recipient,
+        credential_id=claims.credential_id,
+        validity_seconds=600,
+    )
+    forged_aws = {
+        **aws,
+        "accessKeyId": forged.access_key_id,
+        "secretAccessKey": forged.secret_access_key,
+        "sessionToken": forged.session_token,
+    }
+    parts_bucket = keys.bucket_for("sales", "d", "parts")
+    with pytest.raises(ClientError) as error:
+        _client(forged_aws).list_objects_v2(Bucket=parts_bucket)
+    assert _code(error) == "SignatureDoesNotMatch"
+    with pytest.raises(ClientError) as error:  # the session token of another key
+        _client(aws, sessionToken=forged.session_token).get_object(Bucket=bucket, Key=key)
+    assert _code(error) == "InvalidAccessKeyId"
+
+    # A genuine key for one table does not open another table's bucket.
+    with pytest.raises(ClientError) as error:
+        _client(aws).list_objects_v2(Bucket=parts_bucket)
+    assert _code(error) == "AccessDenied"
+    with pytest.raises(ClientError) as error:
+        _client(aws).get_object(Bucket=parts_bucket, Key="_delta_log/00000000000000000000.json")
+    assert _code(error) == "AccessDenied"
+
+    # An expired key (minted by the server's own secret, as the vending would).
+    expired = keys.mint(
+        TEST_SIGNING_SECRET,
+        share="sales",
+        schema="d",
+        table="basic",
+        recipient=claims.recipient,
+        credential_id=claims.credential_id,
+        validity_seconds=60,
+        now_ms=int(time.time() * 1000) - 120_000,
+    )
+    with pytest.raises(ClientError) as error:
+        _client(
+            aws,
+            accessKeyId=expired.access_key_id,
+            secretAccessKey=expired.secret_access_key,
+            sessionToken=expired.session_token,
+        ).get_object(Bucket=bucket, Key=key)
+    assert _code(error) == "ExpiredToken"
+
+    s3 = _client(aws)
+    for missing in ("nope.parquet", "../basic_partitioned/delta/_delta_log", "_delta_log"):
+        with pytest.raises(ClientError) as error:
+            s3.get_object(Bucket=bucket, Key=missing)
+        assert _code(error) == "NoSuchKey", missing
+    with pytest.raises(ClientError) as error:
+        s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={size}-")
+    assert _code(error) == "InvalidRange"
+    with pytest.raises(ClientError) as error:
+        s3.put_object(Bucket=bucket, Key="new.parquet", Body=b"x")
+    assert _code(error) == "AccessDenied"
+    # Unsigned requests are refused.
+    unsigned = httpx.get(f"{aws['endpoint']}/{bucket}/{key}")
+    assert unsigned.status_code == 403 and "<Code>AccessDenied</Code>" in unsigned.text
+
+
+def test_tables_without_direct_access_keep_their_refusals(server: RunningServer) -> None:
+    assert _vend(server, "slice").status_code == 403  # a partition filter would be bypassed
+    assert _vend(server, "nohistory").status_code == 400
+    outside = httpx.post(
+        server.url("/shares/sales/schemas/d/tables/basic/temporary-table-credentials"),
+        headers={"Authorization": f"Bearer {TEST_BEARER_TOKEN}"},
+        json={"location": "s3://another-bucket/"},
+    )
+    assert outside.status_code == 400
+
+
+def _audit(
+    config_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    until: Callable[[list[dict[str, Any]]], bool],
+) -> list[dict[str, Any]]:
+    """`lakeshare audit` records of acme, polled until `until` holds (the writer flushes
+    about once a second)."""
+    deadline = time.monotonic() + 15
+    events: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        capsys.readouterr()
+        args = ["audit", "--config", str(config_file), "--format", "json"]
+        assert cli([*args, "--recipient", "acme"]) == 0
+        events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
+        if until(events):
+            return events
+        time.sleep(0.2)
+    return events
+
+
+def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
+    config_file: Path, server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = create_recipient(
+        config_file, server.base_url, "acme", "--share", "sales", out=tmp_path / "acme.share"
+    )
+    creds = _credentials(server, "basic", profile["bearerToken"])
+    bucket = _bucket(creds["location"])
+    s3 = _client(creds["awsTempCredentials"])
+    assert keys.read_token(creds["awsTempCredentials"]["sessionToken"]).recipient == "acme"
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")["KeyCount"] > 0
+    key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
+    sent = s3.get_object(Bucket=bucket, Key=key, Range="bytes=0-9")["Body"].read()
+    assert len(sent) == 10
+    assert recipients_cli(config_file, "disable", "acme") == 0
+    with pytest.raises(ClientError) as error:  # store.cacheSeconds is 0 here
+        s3.get_object(Bucket=bucket, Key=key)
+    assert _code(error) == "AccessDenied"
+
+    def reads(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [e for e in events if e["operation"] == "object_request"]
+
+    events = reads(_audit(config_file, capsys, lambda found: len(reads(found)) >= 2))
+    served = [e for e in events if e["status"] == 206]
+    assert [(e["table"], e["file"], e["bytes"]) for e in served] == [("basic", key, 10)]
+    denied = [e for e in events if e["status"] == 403]
+    assert [e["reason"] for e in denied] == ["recipient_disabled"]
+
+
+def test_delta_rs_reads_a_shared_table_through_the_endpoint(server: RunningServer) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    for table, folder in (("basic", BASIC), ("parts", PARTITIONED)):
+        creds = _credentials(server, table)
+        aws = creds["awsTempCredentials"]
+        options = {
+            "AWS_ENDPOINT_URL": aws["endpoint"],
+            "AWS_REGION": aws["region"],
+            "AWS_ACCESS_KEY_ID": aws["accessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": aws["secretAccessKey"],
+            "AWS_SESSION_TOKEN": aws["sessionToken"],
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        }
+        remote = deltalake.DeltaTable(creds["location"], storage_options=options)
+        local = deltalake.DeltaTable(str(folder))
+        assert remote.version() == local.version()
+        columns = sorted(local.schema().to_arrow().names)
+        assert (
+            remote.to_pyarrow_table().sort_by([(c, "ascending") for c in columns]).to_pylist()
+            == local.to_pyarrow_table().sort_by([(c, "ascending") for c in columns]).to_pylist()
+        )
+
+
+@pytest.mark.parametrize(
+    "revocation",
+    [("revoke", "acme"), ("revoke", "acme", "--share", "sales")],
+    ids=["credentials-revoked", "grant-revoked"],
+)
+def test_revoked_recipient_keys_stop_working(
+    config_file: Path, server: RunningServer, tmp_path: Path, revocation: tuple[str, ...]
+) -> None:
+    profile = create_recipient(
+        config_file, server.base_url, "acme", "--share", "sales", out=tmp_path / "acme.share"
+    )
+    creds = _credentials(server, "basic", profile["bearerToken"])
+    bucket = _bucket(creds["location"])
+    s3 = _client(creds["awsTempCredentials"])
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")["KeyCount"] > 0
+    assert recipients_cli(config_file, revocation[0], *revocation[1:]) == 0
+    with pytest.raises(ClientError) as error:
+        s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")
+    assert _code(error) == "AccessDenied"
