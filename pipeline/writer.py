@@ -5,9 +5,10 @@ the add actions with their statistics; the driver commits all of them in one Del
 through delta-rs (`create_table_with_add_actions` for a new table, a write transaction
 otherwise). A task that fails deletes what it wrote; a job that fails or whose commit is
 refused deletes every file its tasks wrote (every file name carries the job's run id, so
-files of tasks still running when Spark aborted the job are found too). With `txnAppId`/`txnVersion`, the commit
-carries that app transaction and is skipped (its files deleted) when the table already
-holds that version for the app: a retried job never commits twice.
+files of tasks still running when Spark aborted the job are found too). With
+`txnAppId`/`txnVersion`, the commit carries that app transaction and is skipped (its
+files deleted) when the table already holds that version for the app: a retried job
+never commits twice.
 """
 
 from __future__ import annotations
