@@ -10,6 +10,8 @@ or as only claimed.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
@@ -53,17 +55,28 @@ def _authorise(request: Request, bucket: str) -> Grant:
     for name, value in headers.raw:
         lists.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
     raw_path = request.scope.get("raw_path") or request.scope["path"].encode()
+    raw_path = _as_signed(request, raw_path.decode("latin-1"))
     query = request.scope.get("query_string", b"").decode("latin-1")
     return _checker(request).check(
         bucket,
         request.method,
-        raw_path.decode("latin-1"),
+        raw_path,
         query,
         headers,
         lists,
         list(request.query_params.multi_items()),
         request.client.host if request.client else None,
     )
+
+
+def _as_signed(request: Request, path: str) -> str:
+    """The path as the client signed it: behind a proxy that strips the path of `publicUrl`
+    (the vended endpoint starts with it), that path put back in front."""
+    public_url: str | None = request.app.state.config.public_url
+    prefix = urlsplit(public_url).path.rstrip("/") if public_url else ""
+    if prefix and not path.startswith(prefix + "/"):
+        return prefix + path
+    return path
 
 
 async def _granted(request: Request, bucket: str) -> Grant:
@@ -93,6 +106,8 @@ async def bucket_request(request: Request, bucket: str) -> Response:
 @router.api_route("/s3/{bucket}/{path:path}", methods=["GET", "HEAD"])
 async def object_request(request: Request, bucket: str, path: str) -> Response:
     """GetObject and HeadObject, with a single byte range."""
+    if not path:  # `/bucket/?list-type=2`: the bucket itself
+        return await bucket_request(request, bucket)
     head = request.method == "HEAD"
     try:
         grant = await _granted(request, bucket)

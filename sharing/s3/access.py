@@ -205,13 +205,15 @@ class TableFolder:
             raise S3Error.no_such_key()
         return ListedObject(path, st.st_size, st.st_mtime, entity_tag(st))
 
-    def walk(self, prefix: str) -> Iterator[ListedObject]:
+    def walk(self, prefix: str, *, collapse: bool = False) -> Iterator[ListedObject]:
         """Every file whose key starts with `prefix`, in key order (S3's listing order: by
         UTF-8 bytes). Only directories the prefix can reach are entered; symlinks leading
-        outside the folder are left out."""
-        yield from self._walk("", prefix)
+        outside the folder are left out. With `collapse` (a listing delimited by "/"), a
+        directory wholly under the prefix is one entry, its key ending in "/", instead of
+        its files: a delimited listing of the table root does not walk every data file."""
+        yield from self._walk("", prefix, collapse)
 
-    def _walk(self, relative_dir: str, prefix: str) -> Iterator[ListedObject]:
+    def _walk(self, relative_dir: str, prefix: str, collapse: bool) -> Iterator[ListedObject]:
         directory = os.path.join(self.root, relative_dir) if relative_dir else self.root
         try:
             entries = list(os.scandir(directory))
@@ -229,8 +231,12 @@ class TableFolder:
         named.sort(key=lambda item: item[0].encode())
         for key, entry, is_dir in named:
             if is_dir:
-                if (key.startswith(prefix) or prefix.startswith(key)) and self._inside(entry.path):
-                    yield from self._walk(key, prefix)
+                if not self._inside(entry.path):
+                    continue
+                if collapse and key.startswith(prefix) and key != prefix:
+                    yield ListedObject(key, 0, 0.0, "")
+                elif key.startswith(prefix) or prefix.startswith(key):
+                    yield from self._walk(key, prefix, collapse)
                 continue
             if not key.startswith(prefix) or not self._inside(entry.path):
                 continue

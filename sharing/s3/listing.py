@@ -79,7 +79,7 @@ def list_objects(folder: TableFolder, bucket: str, request: ListRequest) -> byte
     prefixes: list[str] = []
     last = ""
     truncated = False
-    for item in folder.walk(request.prefix):
+    for item in folder.walk(request.prefix, collapse=request.delimiter == "/"):
         key = item.key
         rest = key[len(request.prefix) :]
         if request.delimiter and request.delimiter in rest:

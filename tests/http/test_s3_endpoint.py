@@ -26,7 +26,13 @@ from sharing.config import load_config
 from sharing.s3 import keys
 from tests.support.corpus import CORPUS
 from tests.support.recipients import create_recipient, recipients_cli
-from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
+from tests.support.server import (
+    TEST_BEARER_TOKEN,
+    TEST_SIGNING_SECRET,
+    RunningServer,
+    make_config,
+    run_server,
+)
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
 PARTITIONED = CORPUS / "levi/dat/basic_partitioned/delta"
@@ -284,6 +290,7 @@ def _audit(
     return events
 
 
+@pytest.mark.slow
 def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
     config_file: Path, server: RunningServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -313,6 +320,7 @@ def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
     assert [e["reason"] for e in denied] == ["recipient_disabled"]
 
 
+@pytest.mark.slow
 def test_delta_rs_reads_a_shared_table_through_the_endpoint(server: RunningServer) -> None:
     deltalake = pytest.importorskip("deltalake")
     for table, folder in (("basic", BASIC), ("parts", PARTITIONED)):
@@ -356,3 +364,50 @@ def test_revoked_recipient_keys_stop_working(
     with pytest.raises(ClientError) as error:
         s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")
     assert _code(error) == "AccessDenied"
+
+
+def test_delimited_listings_group_folders(server: RunningServer) -> None:
+    creds = _credentials(server, "parts")
+    bucket = _bucket(creds["location"])
+    s3 = _client(creds["awsTempCredentials"])
+    folders = sorted(p.name + "/" for p in PARTITIONED.iterdir() if p.is_dir())
+    root = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
+    assert [c["Prefix"] for c in root["CommonPrefixes"]] == folders
+    assert "_delta_log/" in folders and len(folders) > 2
+    log = s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/", Delimiter="/")
+    logged = sorted(p.name for p in (PARTITIONED / "_delta_log").iterdir() if p.is_file())
+    assert [item["Key"] for item in log["Contents"]] == ["_delta_log/" + n for n in logged]
+    every = s3.list_objects_v2(Bucket=bucket)  # no delimiter: every file, in key order
+    keys_listed = [item["Key"] for item in every["Contents"]]
+    on_disk = sorted(str(p.relative_to(PARTITIONED)) for p in PARTITIONED.rglob("*") if p.is_file())
+    assert keys_listed == sorted(on_disk, key=str.encode)
+    partial = s3.list_objects_v2(Bucket=bucket, Prefix="lett", Delimiter="/")
+    assert [c["Prefix"] for c in partial["CommonPrefixes"]] == [
+        f for f in folders if f.startswith("lett")
+    ]
+
+
+def test_a_proxy_stripping_the_public_path_keeps_signatures_valid(tmp_path: Path) -> None:
+    """publicUrl names a path the proxy strips: the client signs `/lake/delta-sharing/s3/…`
+    for the public host, the server receives `/delta-sharing/s3/…` with that Host header."""
+    public = "http://sharing.example.test:8443/lake"
+    table = _table("basic", BASIC)
+    config = make_config(
+        {"shares": [{"name": "sales", "schemas": [{"name": "d", "tables": [table]}]}]},
+        publicUrl=public,
+    )
+    with run_server(config, tmp_path / "srv") as server:
+        creds = _credentials(server, "basic")
+        aws = creds["awsTempCredentials"]
+        assert aws["endpoint"] == public + "/delta-sharing/s3"
+        key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
+        url = _client(aws).generate_presigned_url(
+            "get_object", Params={"Bucket": _bucket(creds["location"]), "Key": key}
+        )
+        origin = server.base_url.removesuffix("/delta-sharing")
+        forwarded = url.replace(public, origin)
+        host = {"Host": "sharing.example.test:8443"}
+        reply = httpx.get(forwarded, headers=host)
+        assert reply.status_code == 200, reply.text
+        assert reply.content == (BASIC / key).read_bytes()
+        assert httpx.get(forwarded).status_code == 403  # another Host than was signed
