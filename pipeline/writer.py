@@ -4,9 +4,11 @@ Each task writes its rows with pyarrow (one file per partition value it sees) an
 the add actions with their statistics; the driver commits all of them in one Delta commit
 through delta-rs (`create_table_with_add_actions` for a new table, a write transaction
 otherwise). A task that fails deletes what it wrote; a job that fails or whose commit is
-refused deletes every file its tasks wrote. With `txnAppId`/`txnVersion`, the commit
-carries that app transaction and is skipped (its files deleted) when the table already
-holds that version for the app: a retried job never commits twice.
+refused deletes every file its tasks wrote (every file name carries the job's run id, so
+files of tasks still running when Spark aborted the job are found too). With
+`txnAppId`/`txnVersion`, the commit carries that app transaction and is skipped (its
+files deleted) when the table already holds that version for the app: a retried job
+never commits twice.
 """
 
 from __future__ import annotations
@@ -89,6 +91,32 @@ class TableFiles:
             modification_time=int(time.time() * 1000),
         )
 
+    def delete_run(self, run: str, quiet_seconds: float = 2.0) -> None:
+        """Delete every file of job `run` (their names start with `part-<run>-`) until
+        none appears for `quiet_seconds`: when a job fails, Spark aborts it while other
+        tasks may still be finishing a file."""
+        prefix = f"part-{run}-"
+        deadline = time.monotonic() + 60.0
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True))
+            except FileNotFoundError:
+                return
+            found = [
+                i.path
+                for i in infos
+                if i.type == pafs.FileType.File and posixpath.basename(i.path).startswith(prefix)
+            ]
+            for path in found:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.delete_file(path)
+            if found:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet_seconds:
+                return
+            time.sleep(0.2)
+
     def delete(self, files: Iterable[WrittenFile]) -> None:
         for written in files:
             with contextlib.suppress(FileNotFoundError):
@@ -137,6 +165,7 @@ class DeltaWriter(DataSourceArrowWriter):
         self.options = options
         self.target = arrow_target(schema)
         self.overwrite = overwrite
+        self.run = uuid.uuid4().hex[:12]  # in every file name of this job
         missing = [c for c in options.partition_by if c not in self.target.names]
         if missing:
             raise ValueError(f"partitionBy names columns the data lacks: {missing}")
@@ -148,7 +177,9 @@ class DeltaWriter(DataSourceArrowWriter):
             batches = list(iterator)
             if batches:
                 table = pa.Table.from_batches(batches).cast(self.target)
-                written = write_table(files, table, self.options.partition_by)
+                written = write_table(
+                    files, table, self.options.partition_by, stem=f"part-{self.run}"
+                )
         except BaseException:
             files.delete(written)
             raise
@@ -171,7 +202,9 @@ class DeltaWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         written = [f for m in messages if isinstance(m, WrittenFiles) for f in m.files]
-        TableFiles(self.options.path).delete(written)
+        files = TableFiles(self.options.path)
+        files.delete(written)
+        files.delete_run(self.run)  # and what tasks still running when the job failed wrote
 
 
 def commit_files(
