@@ -103,7 +103,13 @@ class KeyChecker:
                 refused=True,
             )
         secret = keys.secret_for(self._secret, signed.session_token)
-        sigv4.verify(signed, secret, method, raw_path, raw_query, header_lists, self._clock)
+        try:
+            sigv4.verify(signed, secret, method, raw_path, raw_query, header_lists, self._clock)
+        except S3Error as exc:  # the holder the token names is only claimed
+            exc.refusal = Refusal.claimed(
+                Reason.INVALID_CREDENTIALS, claims.recipient, claims.credential_id
+            )
+            raise
         # The signature holds: the claims are the server's own.
         if claims.expires_ms <= int(self._clock() * 1000):
             raise _verified(S3Error.expired_token(), Reason.CREDENTIAL_EXPIRED, claims)

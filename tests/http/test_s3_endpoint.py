@@ -274,15 +274,16 @@ def _audit(
     config_file: Path,
     capsys: pytest.CaptureFixture[str],
     until: Callable[[list[dict[str, Any]]], bool],
+    which: str = "--recipient",
 ) -> list[dict[str, Any]]:
-    """`lakeshare audit` records of acme, polled until `until` holds (the writer flushes
-    about once a second)."""
+    """`lakeshare audit` records of acme (`which`: as verified, or `--claimed`), polled until
+    `until` holds (the writer flushes about once a second)."""
     deadline = time.monotonic() + 15
     events: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         capsys.readouterr()
         args = ["audit", "--config", str(config_file), "--format", "json"]
-        assert cli([*args, "--recipient", "acme"]) == 0
+        assert cli([*args, which, "acme"]) == 0
         events = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line]
         if until(events):
             return events
@@ -305,6 +306,12 @@ def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
     key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
     sent = s3.get_object(Bucket=bucket, Key=key, Range="bytes=0-9")["Body"].read()
     assert len(sent) == 10
+    aws = creds["awsTempCredentials"]
+    with pytest.raises(ClientError) as error:  # a wrong secret: acme only claimed
+        _client(aws, secretAccessKey="x" + aws["secretAccessKey"]).get_object(
+            Bucket=bucket, Key=key
+        )
+    assert _code(error) == "SignatureDoesNotMatch"
     assert recipients_cli(config_file, "disable", "acme") == 0
     with pytest.raises(ClientError) as error:  # store.cacheSeconds is 0 here
         s3.get_object(Bucket=bucket, Key=key)
@@ -317,7 +324,10 @@ def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
     served = [e for e in events if e["status"] == 206]
     assert [(e["table"], e["file"], e["bytes"]) for e in served] == [("basic", key, 10)]
     denied = [e for e in events if e["status"] == 403]
-    assert [e["reason"] for e in denied] == ["recipient_disabled"]
+    assert [(e["reason"], e["recipient"]) for e in denied] == [("recipient_disabled", "acme")]
+    claimed = _audit(config_file, capsys, lambda found: len(found) >= 1, "--claimed")
+    assert [(e["reason"], e.get("recipient")) for e in claimed] == [("invalid_credentials", None)]
+    assert claimed[0]["claimed_recipient"] == "acme"
 
 
 @pytest.mark.slow
