@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import deltalake
 import httpx
 import pytest
 import yaml
@@ -336,7 +337,6 @@ def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
 
 @pytest.mark.slow
 def test_delta_rs_reads_a_shared_table_through_the_endpoint(server: RunningServer) -> None:
-    deltalake = pytest.importorskip("deltalake")
     tables = (("basic", BASIC), ("parts", PARTITIONED), ("checkpointed", CHECKPOINTED))
     for table, folder in tables:
         creds = _credentials(server, table)
