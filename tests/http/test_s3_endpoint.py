@@ -248,6 +248,27 @@ def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
         ).get_object(Bucket=bucket, Key=key)
     assert _code(error) == "ExpiredToken"
 
+    # Keys minted by the server's secret for tables whose files are closed to direct access
+    # (as if the table was given a partition filter, or its history unshared, after vending).
+    for closed in ("slice", "nohistory"):
+        minted = keys.mint(
+            TEST_SIGNING_SECRET,
+            share="sales",
+            schema="d",
+            table=closed,
+            recipient=claims.recipient,
+            credential_id=claims.credential_id,
+            validity_seconds=600,
+        )
+        with pytest.raises(ClientError) as error:
+            _client(
+                aws,
+                accessKeyId=minted.access_key_id,
+                secretAccessKey=minted.secret_access_key,
+                sessionToken=minted.session_token,
+            ).list_objects_v2(Bucket=minted.claims.bucket)
+        assert _code(error) == "AccessDenied", closed
+
     s3 = _client(aws)
     for missing in ("nope.parquet", "../basic_partitioned/delta/_delta_log", "_delta_log"):
         with pytest.raises(ClientError) as error:
