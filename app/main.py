@@ -3,9 +3,11 @@ authentication, error handlers and middleware. No protocol logic lives here."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from starlette.responses import RedirectResponse
@@ -25,6 +27,7 @@ from app.routes import (
     endpoint_check,
     files,
     health,
+    iceberg,
     landing,
     listing,
     queries,
@@ -36,6 +39,7 @@ from app.routes.admin import build_admin_app
 from app.routing import ProtocolApp, authenticated_routes
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
+from sharing.iceberg.generator import IcebergMetadata
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
@@ -48,7 +52,7 @@ from sharing.shares.live import LiveCatalog, RemovedListener
 from sharing.shares.repository import ShareRepository
 from sharing.skipping.warm import StatsWarmer
 from sharing.store.async_queries import StoreQueryStore
-from sharing.tables import TableService, snapshot_store_for
+from sharing.tables import SNAPSHOT_CACHE_OFF, TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
@@ -83,6 +87,15 @@ def _forget_removed(tables: TableService, planner: Planner) -> RemovedListener:
             planner.selections.forget(shared.full_name)
 
     return forget
+
+
+def _iceberg_directory(config: ServerConfig) -> Path:
+    """Where generated Iceberg metadata goes: beside the snapshot store when there is one
+    (shared by the workers), otherwise the system's temporary folder."""
+    directory = config.snapshot_cache_dir
+    if directory is not None and directory.lower() != SNAPSHOT_CACHE_OFF:
+        return Path(directory) / "iceberg"
+    return Path(tempfile.gettempdir()) / "lakeshare-iceberg"
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -122,6 +135,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         observer=metrics,
         snapshot_store=snapshot_store_for(config),
     )
+    # Iceberg metadata generated for the catalog routes (app.routes.iceberg).
+    app.state.iceberg_metadata = IcebergMetadata(_iceberg_directory(config), app.state.tables)
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
     if metrics is not None:
@@ -152,6 +167,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
     # So is the S3 endpoint of local tables (SigV4 with vended keys: sharing.s3).
     app.include_router(s3.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+    # The Iceberg REST catalog: bearer token, errors in its own shape (sharing.iceberg).
+    app.router.routes.extend(iceberg.routes(prefix))
     # The OAuth token endpoint authenticates its clients itself (RFC 6749).
     oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
     app.include_router(
