@@ -167,10 +167,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
     # So is the S3 endpoint of local tables (SigV4 with vended keys: sharing.s3).
     app.include_router(s3.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
-    # The Iceberg REST catalog: bearer token, errors in its own shape (sharing.iceberg).
-    app.router.routes.extend(iceberg.routes(prefix))
     # The OAuth token endpoint authenticates its clients itself (RFC 6749).
     oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
+    # The Iceberg REST catalog: its OAuth token path first (its catch-all refuses writes),
+    # then bearer-token routes answering errors in the catalog's shape (sharing.iceberg).
+    iceberg.install_oauth(app, prefix)
+    app.router.routes.extend(iceberg.routes(prefix))
     app.include_router(
         activation.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)]
     )

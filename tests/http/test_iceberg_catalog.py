@@ -2,7 +2,8 @@
 against a running server: namespaces, tables, a table's schema, snapshots and rows (read
 through PyIceberg's local FileIO on this machine: the generated metadata is not yet
 reachable through the S3 endpoint), partition-filter slices, ungranted shares as 404s,
-revoked tokens as 401s and writes refused."""
+revoked tokens as 401s, writes refused, and OAuth client credentials at the
+catalog's token path."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import (
     NoSuchNamespaceError,
     NoSuchTableError,
+    OAuthError,
     RESTError,
     UnauthorizedError,
 )
@@ -226,3 +228,51 @@ def test_writes_are_refused(config_file: Path, server: RunningServer, tmp_path: 
         f"{base}/sales/namespaces/d/tables/basic/metrics", headers=headers, json={}
     )
     assert metrics.status_code == 204
+
+
+def test_oauth_client_credentials_at_the_catalogs_token_path(
+    config_file: Path, server: RunningServer, tmp_path: Path
+) -> None:
+    profile = create_recipient(
+        config_file,
+        server.base_url,
+        "acme",
+        "--share",
+        "sales",
+        "--type",
+        "oauth",
+        out=tmp_path / "acme.share",
+    )
+    catalog = load_catalog(
+        "lakeshare",
+        type="rest",
+        uri=server.base_url + "/iceberg",
+        credential=f"{profile['clientId']}:{profile['clientSecret']}",
+        warehouse="sales",
+    )
+    assert sorted(catalog.list_tables("e")) == [("e", "basic")]
+    # HTTP Basic client authentication (what DuckDB sends) at the same path.
+    issued = httpx.post(
+        server.base_url + "/iceberg/v1/oauth/tokens",
+        data={"grant_type": "client_credentials"},
+        auth=(profile["clientId"], profile["clientSecret"]),
+    )
+    assert issued.status_code == 200, issued.text
+    token = issued.json()["access_token"]
+    assert _catalog(server, token).list_tables("e") == [("e", "basic")]
+    with pytest.raises(RESTError, match="NoSuchWarehouseException"):
+        load_catalog(
+            "lakeshare",
+            type="rest",
+            uri=server.base_url + "/iceberg",
+            credential=f"{profile['clientId']}:{profile['clientSecret']}",
+            warehouse="secret",
+        )
+    with pytest.raises(OAuthError, match="invalid_client"):
+        load_catalog(
+            "lakeshare",
+            type="rest",
+            uri=server.base_url + "/iceberg",
+            credential=f"{profile['clientId']}:wrong",
+            warehouse="sales",
+        )
