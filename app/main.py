@@ -171,7 +171,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
     # The Iceberg REST catalog: its OAuth token path first (its catch-all refuses writes),
     # then bearer-token routes answering errors in the catalog's shape (sharing.iceberg).
-    iceberg.install_oauth(app, prefix)
+    if app.state.oauth is not None:
+        token_path = prefix + iceberg.OAUTH_PATH
+        app.add_api_route(token_path, oauth_token.token, methods=["POST"], include_in_schema=False)
     app.router.routes.extend(iceberg.routes(prefix))
     app.include_router(
         activation.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -15,16 +14,18 @@ from starlette.responses import Response
 from app.auth import authenticate, catalog_for
 from app.limits import admit
 from app.responses import JsonResponse
-from app.routes import token as oauth_token
 from app.routing import ProtocolRoute
 from sharing.errors import SharingError
 from sharing.iceberg.catalog import IcebergError, ShareCatalog, iceberg_error, read_only
 from sharing.iceberg.generator import IcebergMetadata
 
-__all__ = ["PATH", "install_oauth", "routes"]
+__all__ = ["OAUTH_PATH", "PATH", "routes"]
 
 PATH = "/iceberg"
 """Where the catalog lives under the endpoint (a client's `uri` is endpoint + this)."""
+OAUTH_PATH = PATH + "/v1/oauth/tokens"
+"""Where Iceberg clients ask for OAuth client-credentials tokens (app.main serves the
+server's own token endpoint there: same tokens, audit and limits)."""
 
 _Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -97,16 +98,6 @@ async def refuse_write(request: Request) -> Response:
     if share is not None:
         _warehouse(request)
     raise read_only(request.method)
-
-
-def install_oauth(app: FastAPI, prefix: str) -> None:
-    """OAuth client credentials at `{endpoint}/iceberg/v1/oauth/tokens`, where Iceberg
-    clients ask (the form in the body as PyIceberg sends it, or HTTP Basic): the server's
-    own token endpoint (app.routes.token), so its tokens, audit and limits are the same.
-    Nothing when OAuth is disabled."""
-    if app.state.oauth is not None:
-        path = f"{prefix}{PATH}/v1/oauth/tokens"
-        app.add_api_route(path, oauth_token.token, methods=["POST"], include_in_schema=False)
 
 
 def routes(prefix: str) -> list[ProtocolRoute]:
