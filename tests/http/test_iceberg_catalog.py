@@ -1,6 +1,6 @@
-"""The Iceberg REST catalog (`{endpoint}/iceberg`) with PyIceberg 0.12's REST catalog
-against a running server: namespaces, tables, a table's schema, snapshots and rows (read
-through PyIceberg's local FileIO on this machine: the generated metadata is not yet
+"""The Iceberg REST catalog (`{endpoint}/iceberg`) with PyIceberg 0.12's REST catalog (and
+DuckDB 1.5.5's iceberg extension) against a running server: namespaces, tables, a table's
+schema, snapshots and rows (read through the clients' local file access on this machine: the generated metadata is not yet
 reachable through the S3 endpoint), partition-filter slices, ungranted shares as 404s,
 revoked tokens as 401s, writes refused, and OAuth client credentials at the
 catalog's token path."""
@@ -8,6 +8,7 @@ catalog's token path."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import deltalake
 import httpx
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
@@ -33,6 +35,7 @@ from app.cli import main as cli
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
 from tests.support.recipients import create_recipient, recipients_cli
+from tests.support.requirements import require
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
@@ -276,3 +279,47 @@ def test_oauth_client_credentials_at_the_catalogs_token_path(
             credential=f"{profile['clientId']}:wrong",
             warehouse="sales",
         )
+
+
+def test_duckdb_attaches_the_catalog_and_reads_a_table(
+    config_file: Path, server: RunningServer, tmp_path: Path
+) -> None:
+    """DuckDB 1.5.5's iceberg extension (loaded from its PyPI package) through the REST
+    catalog with a recipient's bearer token; files through its local file system."""
+    try:
+        import duckdb
+    except ImportError:
+        require(False, "duckdb==1.5.5 (the dev extra)")
+    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
+    for name in ("avro", "httpfs", "iceberg"):
+        path = site / f"duckdb_extension_{name}/extensions/v1.5.5/{name}.duckdb_extension"
+        require(path.exists(), f"duckdb-extension-{name}==1.5.5 (the dev extra)")
+        con.execute(f"LOAD '{path}'")
+    token = _acme(config_file, server, tmp_path)
+    con.execute(f"CREATE SECRET lakeshare (TYPE ICEBERG, TOKEN '{token}')")
+    endpoint = server.base_url + "/iceberg"
+    con.execute(f"ATTACH 'sales' AS lk (TYPE ICEBERG, ENDPOINT '{endpoint}', SECRET lakeshare)")
+    listed = con.execute("SELECT schema, name FROM (SHOW ALL TABLES) WHERE database = 'lk'")
+    assert sorted(listed.fetchall()) == [
+        ("d", "basic"),
+        ("d", "parts"),
+        ("d", "slice"),
+        ("e", "basic"),
+    ]
+    expected = deltalake.DeltaTable(str(BASIC)).to_pyarrow_table()
+    actual = con.execute("SELECT * FROM lk.d.basic").arrow()
+    if isinstance(actual, pa.RecordBatchReader):
+        actual = actual.read_all()
+    key = [(name, "ascending") for name in expected.column_names]
+    assert actual.sort_by(key).to_pylist() == expected.sort_by(key).to_pylist()
+    sliced = con.execute("SELECT DISTINCT letter FROM lk.d.slice").fetchall()
+    assert sliced == [("a",)]
+    # Another share: the recipient's token does not see it.
+    with pytest.raises(duckdb.Error):
+        con.execute(
+            f"ATTACH 'secret' AS hidden (TYPE ICEBERG, ENDPOINT '{endpoint}', SECRET lakeshare)"
+        )
+        con.execute("SHOW ALL TABLES").fetchall()
