@@ -41,9 +41,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from query_e2e import start_server  # noqa: E402
 from snapshot_load import write_table  # noqa: E402
 
-from tests.support.processes import free_port, stop, wait_http  # noqa: E402
+from tests.support.processes import stop  # noqa: E402
 
 TOKEN = "bench-recipient-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
@@ -79,30 +80,6 @@ def write_config(path: Path, table: Path) -> None:
         ],
     }
     path.write_text(json.dumps(config))  # JSON is YAML
-
-
-def start_server(config: Path, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    port = free_port()
-    lakeshare = Path(sys.executable).with_name("lakeshare")
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (lives as long as the process)
-    process = subprocess.Popen(
-        [
-            str(lakeshare),
-            "serve",
-            "--config",
-            str(config),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ),
-    )
-    base = f"http://127.0.0.1:{port}/delta-sharing"
-    wait_http(f"{base}/shares", process)  # any status: 401 without a token
-    return base, process
 
 
 def cpu_seconds(pid: int) -> float:
