@@ -15,9 +15,20 @@ from app.auth import authenticate, catalog_for
 from app.limits import admit
 from app.responses import JsonResponse
 from app.routing import ProtocolRoute
+from sharing.catalog import SharedTable
+from sharing.config import ServerConfig
+from sharing.credentials import TemporaryCredentials
 from sharing.errors import SharingError
-from sharing.iceberg.catalog import IcebergError, ShareCatalog, iceberg_error, read_only
+from sharing.iceberg.catalog import (
+    IcebergError,
+    KeyVending,
+    ShareCatalog,
+    iceberg_error,
+    read_only,
+)
 from sharing.iceberg.generator import IcebergMetadata
+from sharing.recipients.model import Principal
+from sharing.s3.vending import endpoint_url, vend_local
 
 __all__ = ["OAUTH_PATH", "PATH", "routes"]
 
@@ -76,13 +87,37 @@ async def list_tables(request: Request) -> Response:
     return JsonResponse(_warehouse(request).list_tables(request.path_params["namespace"]))
 
 
+def _key_vending(request: Request) -> KeyVending:
+    """Keys of the server's S3 endpoint for the request's recipient (the same vending as
+    `temporary-table-credentials` for local tables), so a client on another machine reads
+    local tables without `file://`."""
+    config: ServerConfig = request.app.state.config
+    principal: Principal = request.state.principal
+    endpoint = endpoint_url(config.public_url or str(request.base_url), config.endpoint)
+
+    def vend(shared: SharedTable) -> TemporaryCredentials:
+        return vend_local(
+            shared,
+            signing_secret=config.signing_secret,
+            recipient=principal.recipient,
+            credential_id=principal.credential_id,
+            requested=None,
+            validity_seconds=config.temporary_credential_validity_seconds,
+            endpoint=endpoint,
+        )
+
+    return vend
+
+
 async def load_table(request: Request) -> Response:
     warehouse, path = _warehouse(request), request.path_params
     if request.method == "HEAD":
         warehouse.table_exists(path["namespace"], path["table"])
         return Response(status_code=204)
     await admit(request)
-    loaded = await run_in_threadpool(warehouse.load_table, path["namespace"], path["table"])
+    loaded = await run_in_threadpool(
+        warehouse.load_table, path["namespace"], path["table"], _key_vending(request)
+    )
     return JsonResponse(loaded)
 
 

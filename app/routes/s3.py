@@ -19,9 +19,10 @@ from starlette.responses import Response, StreamingResponse
 from app.audit import attribute_to, refused
 from app.logs import request_id_var
 from sharing.errors import ResourceNotFound, SharingError
+from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata
 from sharing.presign.local_verify import LocalFile, OpenedFile, RangeNotSatisfiable
 from sharing.recipients.refusals import Reason, Refusal
-from sharing.s3.access import Grant, KeyChecker
+from sharing.s3.access import Grant, KeyChecker, ListedObject, TableFolder
 from sharing.s3.errors import S3Error, error_xml
 from sharing.s3.listing import ListRequest, http_date, list_objects
 
@@ -111,7 +112,7 @@ async def object_request(request: Request, bucket: str, path: str) -> Response:
     head = request.method == "HEAD"
     try:
         grant = await _granted(request, bucket)
-        found = await run_in_threadpool(grant.folder().open, path)
+        found = await run_in_threadpool(_find, request, grant, path)
         local = LocalFile(found.key, found.size)
         opened = await run_in_threadpool(_open, local, request.headers.get("range"), head)
     except S3Error as exc:
@@ -128,6 +129,19 @@ async def object_request(request: Request, bucket: str, path: str) -> Response:
     return StreamingResponse(
         opened.chunks(), status_code=reply.status, headers=headers, media_type=_OCTETS
     )
+
+
+def _find(request: Request, grant: Grant, key: str) -> ListedObject:
+    """The file a key names: in the table's folder, or under GENERATED_PREFIX the table's
+    generated Iceberg files (sharing.iceberg.generator), only those named on this bucket."""
+    if not key.startswith(GENERATED_PREFIX):
+        return grant.folder().open(key)
+    metadata: IcebergMetadata = request.app.state.iceberg_metadata
+    try:
+        root = metadata.generated_root(grant.shared, grant.claims.bucket)
+    except SharingError:
+        raise S3Error.no_such_key() from None
+    return TableFolder(str(root)).open(key[len(GENERATED_PREFIX) :])
 
 
 def _open(found: LocalFile, range_header: str | None, head: bool) -> OpenedFile:

@@ -10,20 +10,24 @@ granted is the same `NotFound` as one that does not exist, and a table's partiti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from deltalog.storage.kinds import StorageKind
 from sharing.catalog import Catalog, SharedTable
+from sharing.credentials import TemporaryCredentials
 from sharing.errors import ResourceNotFound, SharingError
-from sharing.iceberg.generator import IcebergMetadata
+from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata
 
 __all__ = [
     "ENDPOINTS",
     "NAMESPACE_SEPARATOR",
     "IcebergError",
+    "KeyVending",
     "ShareCatalog",
     "iceberg_error",
     "read_only",
@@ -74,6 +78,26 @@ def read_only(method: str) -> IcebergError:
     return IcebergError(
         403, "ForbiddenException", f"This catalog is read only: {method} is not allowed."
     )
+
+
+KeyVending = Callable[[SharedTable], TemporaryCredentials]
+"""Vends a key of the server's S3 endpoint for a local table (sharing.s3.vending), to the
+recipient the catalog is seen by."""
+
+
+def _s3_config(credentials: TemporaryCredentials) -> dict[str, str]:
+    """A vended S3-endpoint key as the FileIO properties Iceberg clients read."""
+    values = credentials.values
+    return {
+        "s3.endpoint": str(values["endpoint"]),
+        "s3.path-style-access": "true",
+        "s3.region": str(values["region"]),
+        "client.region": str(values["region"]),
+        "s3.access-key-id": str(values["accessKeyId"]),
+        "s3.secret-access-key": str(values["secretAccessKey"]),
+        "s3.session-token": str(values["sessionToken"]),
+        "s3.session-token-expires-at-ms": str(credentials.expiration_ms),
+    }
 
 
 class ShareCatalog:
@@ -136,15 +160,42 @@ class ShareCatalog:
                 404, "NoSuchTableException", f"Table does not exist: {schema}.{table}"
             ) from None
 
-    def load_table(self, namespace: str, table: str) -> dict[str, Any]:
-        """The table's current metadata, inline and at its location. Blocking (reads the
+    def _served_by_endpoint(self, shared: SharedTable) -> bool:
+        """Whether the S3 endpoint serves the table's files (sharing.s3.access): a local
+        table, whole (a partition filter would be bypassed by reading the folder), with
+        its history shared (the folder holds every version)."""
+        if shared.partition_filter is not None or not shared.config.history_shared:
+            return False
+        storage = self.metadata.tables.delta_table(shared).storage
+        return storage.kind is StorageKind.LOCAL
+
+    def load_table(
+        self, namespace: str, table: str, vend: KeyVending | None = None
+    ) -> dict[str, Any]:
+        """The table's current metadata, inline and at its location. With `vend`, a local
+        table the S3 endpoint serves is named on its bucket there, with a vended key in
+        `config` and `storage-credentials`; otherwise locations are the server's own
+        (`file://` for local tables: readable on this machine only). Blocking (reads the
         Delta log and may write the generated files)."""
         shared = self._table(namespace, table)
         try:
+            if vend is not None and self._served_by_endpoint(shared):
+                credentials = vend(shared)
+                bucket = credentials.location.removeprefix("s3://").rstrip("/")
+                generated = self.metadata.generate(shared, bucket=bucket)
+                config = _s3_config(credentials)
+                path: Path = generated.metadata_path
+                relative = path.relative_to(self.metadata.generated_root(shared, bucket))
+                return {
+                    "metadata-location": f"s3://{bucket}/{GENERATED_PREFIX}{relative.as_posix()}",
+                    "metadata": orjson.loads(path.read_bytes()),
+                    "config": config,
+                    "storage-credentials": [{"prefix": f"s3://{bucket}/", "config": config}],
+                }
             generated = self.metadata.generate(shared)
         except SharingError as exc:
             raise iceberg_error(exc, "NoSuchTableException") from None
-        path: Path = generated.metadata_path
+        path = generated.metadata_path
         return {
             "metadata-location": path.resolve().as_uri(),
             "metadata": orjson.loads(path.read_bytes()),

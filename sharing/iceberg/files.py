@@ -34,10 +34,15 @@ class TableFiles:
     """The generated files of one table from one base version."""
 
     def __init__(self, directory: Path, identity: str, base: int) -> None:
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:32]
-        self.root = directory / digest / f"from-{base:020d}"
+        self.table_root = self.table_dir(directory, identity)
+        self.root = self.table_root / f"from-{base:020d}"
         self.metadata_dir = self.root / "metadata"
         self.data_dir = self.root / "data"
+
+    @staticmethod
+    def table_dir(directory: Path, identity: str) -> Path:
+        """The folder of a table's generated files, every base version's."""
+        return directory / hashlib.sha256(identity.encode()).hexdigest()[:32]
 
     def metadata_path(self, version: int) -> Path:
         return self.metadata_dir / f"v{version:020d}{METADATA_SUFFIX}"

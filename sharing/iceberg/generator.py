@@ -32,6 +32,13 @@ A recipient's partition filter (`SharedTable.partition_filter`, sharing.slices) 
 files of every version with `visible_files`, the rule every door applies, and the bound
 filter's key is part of the cache identity: each distinct bound filter has its own files.
 
+Locations. By default a file is named where the server reads it (a local path, `s3://`,
+`gs://`). With `bucket` (a local table served by the server's S3 endpoint, sharing.s3),
+every location is on that bucket instead: data files as `s3://<bucket>/<key in the table
+folder>`, generated files as `s3://<bucket>/_lakeshare_iceberg/<path under the table's
+cache folder>` (GENERATED_PREFIX), which the S3 endpoint maps back to the cache. The
+bucket is part of the cache identity, so each naming has its own deterministic files.
+
 Not yet (the catalog's next steps): data file locations for Azure, pruning old generated
 versions.
 """
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -71,6 +79,9 @@ from sharing.slices import BoundFilter, visible_files
 from sharing.tables import TableService, require_history
 
 log = logging.getLogger(__name__)
+
+GENERATED_PREFIX = "_lakeshare_iceberg/"
+"""Where generated files appear on a table's S3-endpoint bucket."""
 
 MANIFEST_ENTRIES = 10_000
 """Data files per new manifest (a removal rewrites only the manifest holding the file)."""
@@ -106,11 +117,30 @@ class IcebergMetadata:
         self.directory = Path(directory)
         self.tables = tables
 
-    def generate(self, shared: SharedTable, version: int | None = None) -> GeneratedVersion:
+    def generated_root(self, shared: SharedTable, bucket: str) -> Path:
+        """The cache folder GENERATED_PREFIX maps to for `shared` named on `bucket` (its
+        latest Delta table id: a recreated table's old files are out of reach)."""
+        current = self.tables.latest(shared)
+        return TableFiles.table_dir(self.directory, self._identity(shared, current, bucket))
+
+    @staticmethod
+    def _identity(shared: SharedTable, current: deltalog.Snapshot, bucket: str | None) -> str:
+        identity = f"{table_identity(current.storage, current.table_root)}|{current.metadata.id}"
+        if shared.slice_key:
+            # A recipient's partition filter selects files: its own generated files.
+            identity = f"{identity}|slice:{shared.slice_key}"
+        if bucket is not None:
+            identity = f"{identity}|bucket:{bucket}"
+        return identity
+
+    def generate(
+        self, shared: SharedTable, version: int | None = None, bucket: str | None = None
+    ) -> GeneratedVersion:
         """The metadata of `shared` at `version` (None: the latest), generated if needed.
         Versions before the shared history are the Delta Sharing routes' 400. A table
         this recipient sees a slice of (sharing.slices) lists only the slice's files,
-        generated and cached per bound filter."""
+        generated and cached per bound filter. With `bucket`, locations are on the
+        server's S3 endpoint (see the module's docstring)."""
         if version is None:
             version = self.tables.latest(shared).version
         elif not shared.config.history_shared and version != self.tables.latest(shared).version:
@@ -131,18 +161,18 @@ class IcebergMetadata:
         else:
             base = version
         current = self.tables.at_version(shared, version)
-        identity = f"{table_identity(current.storage, current.table_root)}|{current.metadata.id}"
-        if shared.slice_key:
-            # A recipient's partition filter selects files: its own generated files.
-            identity = f"{identity}|slice:{shared.slice_key}"
-        files = TableFiles(self.directory, identity, base)
+        if bucket is not None and current.storage.kind is not StorageKind.LOCAL:
+            raise UnsupportedOperation("Only local tables are named on the S3 endpoint")
+        files = TableFiles(self.directory, self._identity(shared, current, bucket), base)
         path = files.metadata_path(version)
         if not path.exists():
             with files.generating():
-                self._generate(shared, files, base, version)
+                self._generate(shared, files, base, version, bucket)
         return GeneratedVersion(path, version, snapshot_id(version))
 
-    def _generate(self, shared: SharedTable, files: TableFiles, base: int, version: int) -> None:
+    def _generate(
+        self, shared: SharedTable, files: TableFiles, base: int, version: int, bucket: str | None
+    ) -> None:
         """Step from the latest generated version at or before `version` (else from the
         base) to `version`. Only the last step's metadata JSON is written: the catalog
         serves a table's latest metadata (older versions are its snapshots), and every
@@ -162,7 +192,7 @@ class IcebergMetadata:
             snapshot = self.tables.at_version(shared, v)
             with self.tables.errors(shared):
                 metadata = _Step(
-                    files, metadata, previous, snapshot, shared.partition_filter
+                    files, metadata, previous, snapshot, shared.partition_filter, bucket
                 ).write()
             previous = snapshot
         assert metadata is not None
@@ -191,8 +221,10 @@ class _Step:
         previous: deltalog.Snapshot | None,
         snapshot: deltalog.Snapshot,
         bound: BoundFilter | None = None,
+        bucket: str | None = None,
     ) -> None:
         self.files = files
+        self.bucket = bucket
         self.bound = bound
         self.prev = previous_metadata
         self.previous = previous
@@ -275,7 +307,7 @@ class _Step:
             "snapshot-id": self.snapshot_id,
             "sequence-number": self.sequence,
             "timestamp-ms": self.snapshot.timestamp,
-            "manifest-list": str(manifest_list),
+            "manifest-list": self._generated(manifest_list),
             "summary": summary,
             "schema-id": schema_id,
             "first-row-id": prev_next_row_id,
@@ -378,7 +410,30 @@ class _Step:
     # -- data files ------------------------------------------------------------------------
 
     def _location(self, path: str) -> str:
-        return location_of(self.storage, resolve_key(self.storage, self.root, path))
+        key = resolve_key(self.storage, self.root, path)
+        if self.bucket is None:
+            return location_of(self.storage, key)
+        relative = os.path.relpath(key, self.root)
+        if relative.startswith(".."):  # the S3 endpoint serves only the table's folder
+            raise UnsupportedOperation(
+                f"A data file outside the table's folder cannot be served: {path}"
+            )
+        return f"s3://{self.bucket}/{relative}"
+
+    def _generated(self, path: Path) -> str:
+        """The location of a generated file."""
+        if self.bucket is None:
+            return str(path)
+        relative = path.relative_to(self.files.table_root).as_posix()
+        return f"s3://{self.bucket}/{GENERATED_PREFIX}{relative}"
+
+    def _cache_path(self, location: str) -> Path:
+        """The cache file a generated location names (the inverse of `_generated`)."""
+        if self.bucket is None:
+            return Path(location)
+        prefix = f"s3://{self.bucket}/{GENERATED_PREFIX}"
+        assert location.startswith(prefix), location
+        return self.files.table_root / location[len(prefix) :]
 
     def _partition(self, values: Any) -> dict[str, Any]:
         given = dict(values or [])
@@ -485,7 +540,7 @@ class _Step:
                     "file_sequence_number": self.sequence,
                     "data_file": {
                         "content": av.POSITION_DELETES,
-                        "file_path": str(puffin_path),
+                        "file_path": self._generated(puffin_path),
                         "file_format": "PUFFIN",
                         "partition": self._partition(row["partitionValues"]),
                         "record_count": blob.cardinality,
@@ -545,7 +600,7 @@ class _Step:
             if e["status"] != av.DELETED:
                 live_sequences.append(int(e["sequence_number"]))
         return {
-            "manifest_path": str(path),
+            "manifest_path": self._generated(path),
             "manifest_length": length,
             "partition_spec_id": self._spec_id if spec_id is None else spec_id,
             "content": content,
@@ -575,7 +630,7 @@ class _Step:
         current = next(
             s for s in prev["snapshots"] if s["snapshot-id"] == prev["current-snapshot-id"]
         )
-        listing = av.AvroContent(Path(current["manifest-list"]).read_bytes())
+        listing = av.AvroContent(self._cache_path(current["manifest-list"]).read_bytes())
         out = []
         rewritten = 0
         for manifest in listing.records:
@@ -587,7 +642,7 @@ class _Step:
             if not gone:
                 out.append(manifest)
                 continue
-            content = av.AvroContent(Path(manifest["manifest_path"]).read_bytes())
+            content = av.AvroContent(self._cache_path(manifest["manifest_path"]).read_bytes())
             key = "file_path" if is_data else "referenced_data_file"
             if not any(
                 e["status"] != av.DELETED and e["data_file"][key] in gone for e in content.records
@@ -648,7 +703,11 @@ class _Step:
         return {
             "format-version": 3,
             "table-uuid": _table_uuid(meta.id),
-            "location": location_of(self.storage, self.root),
+            "location": (
+                location_of(self.storage, self.root)
+                if self.bucket is None
+                else f"s3://{self.bucket}"
+            ),
             "last-sequence-number": self.sequence,
             "last-updated-ms": snapshot_json["timestamp-ms"],
             "last-column-id": max(

@@ -9,6 +9,7 @@ deletion vectors) at the same version.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import struct
 import subprocess
@@ -203,6 +204,42 @@ def test_generated_files_are_deterministic(tmp_path: Path) -> None:
     assert len(extra) == 1 and extra.pop().endswith("v00000000000000000007.metadata.json")
     for name in first:
         assert first[name] == second[name], name
+
+
+def test_files_named_on_a_bucket_are_deterministic_and_name_only_the_bucket(
+    tmp_path: Path,
+) -> None:
+    """With a bucket (the S3 endpoint's naming of a local table) no location names the
+    cache or the table folder, so two caches in different directories hold the same bytes,
+    incremental (version 7, then the latest: manifests carried over through the bucket's
+    names) or not; and every location in them is on the bucket."""
+    location = corpus_table("delta-rs/table_with_deletion_logs")
+    first_cache, second_cache = tmp_path / "a", tmp_path / "b"
+    IcebergMetadata(first_cache, TableService(make_config())).generate(
+        _shared(location), bucket="bkt"
+    )
+    IcebergMetadata(second_cache, TableService(make_config())).generate(
+        _shared(location), 7, bucket="bkt"
+    )
+    latest = IcebergMetadata(second_cache, TableService(make_config())).generate(
+        _shared(location), bucket="bkt"
+    )
+    first, second = _tree(first_cache), _tree(second_cache)
+    assert len(first) > 20
+    assert set(second) - set(first) == {
+        n for n in second if n.endswith("v00000000000000000007.metadata.json")
+    }
+    for name in first:
+        assert first[name] == second[name], name
+    for data in first.values():
+        assert str(tmp_path).encode() not in data and str(location).encode() not in data
+    metadata = json.loads(latest.metadata_path.read_bytes())
+    assert metadata["location"] == "s3://bkt"
+    for snapshot in metadata["snapshots"]:
+        assert snapshot["manifest-list"].startswith("s3://bkt/_lakeshare_iceberg/from-")
+    # Without a bucket the same table has its own files (the bucket is in the identity).
+    plain = IcebergMetadata(first_cache, TableService(make_config())).generate(_shared(location))
+    assert plain.metadata_path.parent.parent.parent != latest.metadata_path.parent.parent.parent
 
 
 def test_later_versions_reuse_earlier_manifests(generator: IcebergMetadata) -> None:
