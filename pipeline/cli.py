@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import posixpath
 import sys
 import time
 import traceback
@@ -26,6 +25,7 @@ from typing import Any
 
 from pipeline.copies import CopySpec, copy_versions, open_source, sweep
 from sharing.config import ConfigError, ServerConfig, load_config
+from sharing.copies import copy_location
 from sharing.shares.repository import every_share
 
 STATUS_DIR = "_status"
@@ -86,10 +86,6 @@ def copy_specs(config: ServerConfig) -> list[CopySpec]:
                         )
                     )
     return specs
-
-
-def copy_location(views_location: str, name: str) -> str:
-    return posixpath.join(views_location.rstrip("/"), "copies", name)
 
 
 def spark_session(config: ServerConfig) -> Any:

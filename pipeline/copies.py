@@ -40,11 +40,11 @@ from deltalog import DeltaTable, Snapshot
 from deltalog.file_reads import DataFileRef, ReadLayout, file_refs
 from deltalog.schema import parse_schema
 from deltalog.storage import resolve
+from sharing.copies import CopyVersion, copy_app_id
+from sharing.copies import copy_versions as read_copy_versions
 
 log = logging.getLogger("lakeshare.pipeline.copies")
 
-APP_PREFIX = "lakeshare.copy."
-"""The app transaction id of a copy's refreshes: this prefix and the copy's name."""
 SOURCE_VERSION = "lakeshare.sourceVersion"
 """The commitInfo key holding the source version a copy commit materializes."""
 SWEEP_AGE_SECONDS = 3600.0
@@ -63,7 +63,7 @@ class CopySpec:
 
     @property
     def app_id(self) -> str:
-        return APP_PREFIX + self.name
+        return copy_app_id(self.name)
 
 
 @dataclass
@@ -269,27 +269,10 @@ def sweep(spec: CopySpec, *, older_than_seconds: float = SWEEP_AGE_SECONDS) -> l
     return deleted
 
 
-@dataclass(frozen=True)
-class CopyVersion:
-    copy_version: int
-    source_version: int
-    timestamp: int
-
-
 def copy_versions(spec: CopySpec) -> list[CopyVersion]:
-    """Which source version each version of the copy materializes (from the app
-    transactions its commits carry), oldest first."""
-    storage, root = resolve(spec.location)
-    table = DeltaTable(root, storage)
-    if not table.exists():
-        return []
-    latest = table.latest_version()
-    versions = []
-    for commit in table.commits(table.earliest_version(), latest):
-        source_version = commit.txns.get(spec.app_id)
-        if source_version is not None:
-            versions.append(CopyVersion(commit.version, source_version, commit.timestamp))
-    return versions
+    """Which source version each version of the copy materializes, oldest first
+    (sharing.copies, the reader the server shares)."""
+    return read_copy_versions(spec.location, spec.app_id)
 
 
 def partition_values_by_logical_name(layout: ReadLayout, ref: DataFileRef) -> dict[str, str | None]:
