@@ -76,7 +76,9 @@ def _stream(spark: Any, server: RunningServer, name: str, **options: Any) -> Any
     return reader.load(server.table_url("s", "live", name))
 
 
-def _start(df: Any, out: Path, *, available_now: bool = False) -> Any:
+def _start(
+    df: Any, out: Path, *, available_now: bool = False, interval: str = "500 milliseconds"
+) -> Any:
     writer = (
         df.writeStream.format("parquet")
         .option("path", str(out / "data"))
@@ -85,7 +87,7 @@ def _start(df: Any, out: Path, *, available_now: bool = False) -> Any:
     writer = (
         writer.trigger(availableNow=True)
         if available_now
-        else writer.trigger(processingTime="500 milliseconds")
+        else writer.trigger(processingTime=interval)
     )
     return writer.start()
 
@@ -129,8 +131,12 @@ def test_stream_reads_snapshot_then_appends_exactly_once(
 def test_restart_from_checkpoint_neither_loses_nor_repeats(
     spark: Any, server: RunningServer, tables: dict[str, Path], tmp_path: Path
 ) -> None:
-    # First run: one file per micro-batch, stopped after the first batch.
-    first = _start(_stream(spark, server, "restarts", maxFilesPerTrigger=1), tmp_path)
+    # First run: one file per micro-batch, stopped after the first batch. The first batch
+    # runs at once, the next only a minute later: with a short interval a loaded machine
+    # could finish all six before the sink is looked at and the query stopped.
+    first = _start(
+        _stream(spark, server, "restarts", maxFilesPerTrigger=1), tmp_path, interval="60 seconds"
+    )
     try:
         _wait(lambda: len(_sink_ids(spark, tmp_path)) > 0, first)
     finally:
