@@ -19,7 +19,6 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import yaml
 from pyiceberg.catalog import Catalog as IcebergCatalog
 from pyiceberg.catalog import load_catalog
 from pyiceberg.exceptions import (
@@ -36,7 +35,14 @@ from sharing.config import load_config
 from tests.support.corpus import CORPUS
 from tests.support.recipients import create_recipient, recipients_cli
 from tests.support.requirements import require
-from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
+from tests.support.server import (
+    TEST_BEARER_TOKEN,
+    RunningServer,
+    history_table,
+    run_server,
+    sales_share,
+    write_test_config,
+)
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
 PARTITIONED = CORPUS / "levi/dat/basic_partitioned/delta"
@@ -44,41 +50,23 @@ PARTITIONED = CORPUS / "levi/dat/basic_partitioned/delta"
 pytestmark = pytest.mark.slow
 
 
-def _table(name: str, location: Path, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "location": str(location), "historyShared": True, **extra}
-
-
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    document: dict[str, Any] = {
-        "version": 1,
-        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
-        "signingSecret": TEST_SIGNING_SECRET,
-        "host": "127.0.0.1",
-        "port": 0,
-        "snapshotCacheDir": str(tmp_path / "cache"),
-        "store": {"cacheSeconds": 0, "url": f"sqlite:///{tmp_path / 'store.db'}"},
-        "shares": [
-            {
-                "name": "sales",
-                "schemas": [
-                    {
-                        "name": "d",
-                        "tables": [
-                            _table("basic", BASIC),
-                            _table("parts", PARTITIONED),
-                            _table("slice", PARTITIONED, partitionFilter="letter = 'a'"),
-                        ],
-                    },
-                    {"name": "e", "tables": [_table("basic", BASIC)]},
-                ],
-            },
-            {"name": "secret", "schemas": [{"name": "d", "tables": [_table("t", BASIC)]}]},
-        ],
-    }
-    path = tmp_path / "server.yaml"
-    path.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return path
+    sales = sales_share(
+        [
+            history_table("basic", BASIC),
+            history_table("parts", PARTITIONED),
+            history_table("slice", PARTITIONED, partitionFilter="letter = 'a'"),
+        ]
+    )
+    sales["schemas"].append({"name": "e", "tables": [history_table("basic", BASIC)]})
+    secret = {"name": "secret", "schemas": [{"name": "d", "tables": [history_table("t", BASIC)]}]}
+    return write_test_config(
+        tmp_path / "server.yaml",
+        [sales, secret],
+        tmp_path / "store.db",
+        snapshotCacheDir=str(tmp_path / "cache"),
+    )
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -28,7 +27,13 @@ from sharing.config import load_config
 from tests.support.corpus import CORPUS
 from tests.support.recipients import create_recipient, recipients_cli
 from tests.support.requirements import require
-from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
+from tests.support.server import (
+    RunningServer,
+    history_table,
+    run_server,
+    sales_share,
+    write_test_config,
+)
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
 PARTITIONED = CORPUS / "levi/dat/basic_partitioned/delta"
@@ -66,10 +71,6 @@ print(json.dumps(rows, default=str, sort_keys=True))
 """
 
 
-def _table(name: str, location: Path) -> dict[str, Any]:
-    return {"name": name, "location": str(location), "historyShared": True}
-
-
 @pytest.fixture
 def private(tmp_path: Path) -> Path:
     """A root-only folder holding copies of the tables."""
@@ -84,33 +85,13 @@ def private(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def config_file(tmp_path: Path, private: Path) -> Path:
-    document: dict[str, Any] = {
-        "version": 1,
-        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
-        "signingSecret": TEST_SIGNING_SECRET,
-        "host": "127.0.0.1",
-        "port": 0,
-        "snapshotCacheDir": str(private / "cache"),
-        "store": {"cacheSeconds": 0, "url": f"sqlite:///{tmp_path / 'store.db'}"},
-        "shares": [
-            {
-                "name": "sales",
-                "schemas": [
-                    {
-                        "name": "d",
-                        "tables": [
-                            _table("basic", private / "basic"),
-                            _table("parts", private / "parts"),
-                            _table("dv", private / "dv"),
-                        ],
-                    }
-                ],
-            }
-        ],
-    }
-    path = tmp_path / "server.yaml"
-    path.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return path
+    tables = [history_table(name, private / name) for name in ("basic", "parts", "dv")]
+    return write_test_config(
+        tmp_path / "server.yaml",
+        [sales_share(tables)],
+        tmp_path / "store.db",
+        snapshotCacheDir=str(private / "cache"),
+    )
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import boto3
 import deltalake
 import httpx
 import pytest
-import yaml
 from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -31,8 +30,11 @@ from tests.support.server import (
     TEST_BEARER_TOKEN,
     TEST_SIGNING_SECRET,
     RunningServer,
+    history_table,
     make_config,
     run_server,
+    sales_share,
+    write_test_config,
 )
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
@@ -41,41 +43,17 @@ CHECKPOINTED = CORPUS / "levi/dat/with_checkpoint/delta"
 DV = CORPUS / "delta-kernel-rs/golden_data/dv-partitioned-with-checkpoint/delta"
 
 
-def _table(name: str, location: Path, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "location": str(location), "historyShared": True, **extra}
-
-
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    document: dict[str, Any] = {
-        "version": 1,
-        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
-        "signingSecret": TEST_SIGNING_SECRET,
-        "host": "127.0.0.1",
-        "port": 0,
-        "store": {"cacheSeconds": 0, "url": f"sqlite:///{tmp_path / 'store.db'}"},
-        "shares": [
-            {
-                "name": "sales",
-                "schemas": [
-                    {
-                        "name": "d",
-                        "tables": [
-                            _table("basic", BASIC),
-                            _table("parts", PARTITIONED),
-                            _table("checkpointed", CHECKPOINTED),
-                            _table("dv", DV),
-                            {"name": "nohistory", "location": str(BASIC)},
-                            _table("slice", PARTITIONED, partitionFilter="letter = 'a'"),
-                        ],
-                    }
-                ],
-            },
-        ],
-    }
-    path = tmp_path / "server.yaml"
-    path.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return path
+    tables = [
+        history_table("basic", BASIC),
+        history_table("parts", PARTITIONED),
+        history_table("checkpointed", CHECKPOINTED),
+        history_table("dv", DV),
+        {"name": "nohistory", "location": str(BASIC)},
+        history_table("slice", PARTITIONED, partitionFilter="letter = 'a'"),
+    ]
+    return write_test_config(tmp_path / "server.yaml", [sales_share(tables)], tmp_path / "store.db")
 
 
 @pytest.fixture
@@ -427,7 +405,7 @@ def test_a_proxy_stripping_the_public_path_keeps_signatures_valid(tmp_path: Path
     """publicUrl names a path the proxy strips: the client signs `/lake/delta-sharing/s3/…`
     for the public host, the server receives `/delta-sharing/s3/…` with that Host header."""
     public = "http://sharing.example.test:8443/lake"
-    table = _table("basic", BASIC)
+    table = history_table("basic", BASIC)
     config = make_config(
         {"shares": [{"name": "sales", "schemas": [{"name": "d", "tables": [table]}]}]},
         publicUrl=public,

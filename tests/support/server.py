@@ -24,11 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from app.main import create_app
 from app.serving import build_server
 from sharing.config import ServerConfig, parse_config
 
-__all__ = ["TEST_BEARER_TOKEN", "TEST_SIGNING_SECRET", "RunningServer", "make_config", "run_server"]
+__all__ = [
+    "TEST_BEARER_TOKEN",
+    "TEST_SIGNING_SECRET",
+    "RunningServer",
+    "history_table",
+    "make_config",
+    "run_server",
+    "sales_share",
+    "write_test_config",
+]
 
 TEST_BEARER_TOKEN = "test-bearer-token-0123456789"
 TEST_SIGNING_SECRET = "test-signing-secret-0123456789abcdef"
@@ -112,3 +123,32 @@ def run_server(
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+def history_table(name: str, location: Path, **extra: Any) -> dict[str, Any]:
+    """A table entry with its history shared (time travel, streams, credentials)."""
+    return {"name": name, "location": str(location), "historyShared": True, **extra}
+
+
+def sales_share(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share `sales` with one schema `d` holding `tables`."""
+    return {"name": "sales", "schemas": [{"name": "d", "tables": tables}]}
+
+
+def write_test_config(
+    path: Path, shares: list[dict[str, Any]], store: Path, **settings: Any
+) -> Path:
+    """A configuration file with the test bearer token and signing secret and an SQLite
+    store read afresh on every request (cacheSeconds 0)."""
+    document: dict[str, Any] = {
+        "version": 1,
+        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
+        "signingSecret": TEST_SIGNING_SECRET,
+        "host": "127.0.0.1",
+        "port": 0,
+        **settings,
+        "store": {"cacheSeconds": 0, "url": f"sqlite:///{store}"},
+        "shares": shares,
+    }
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
