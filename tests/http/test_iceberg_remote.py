@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -106,6 +107,26 @@ def _token(config_file: Path, server: RunningServer, tmp_path: Path) -> str:
     )
     token: str = profile["bearerToken"]
     return token
+
+
+@pytest.fixture(autouse=True)
+def venv_reachable_by_nobody() -> Iterator[None]:
+    """The unprivileged client runs this test's interpreter and imports its site-packages:
+    a checkout under a private folder (mktemp -d makes it 0700) would hide them from that
+    user. Folders above the environment that others cannot pass through get the search bit
+    for the test's duration only; the tables' folder stays closed."""
+    opened: list[tuple[Path, int]] = []
+    for root in {Path(sys.prefix), Path(sys.base_prefix)}:
+        for folder in [root, *root.parents]:
+            mode = folder.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                folder.chmod(mode | stat.S_IXOTH)
+                opened.append((folder, mode))
+    try:
+        yield
+    finally:
+        for folder, mode in reversed(opened):
+            folder.chmod(mode)
 
 
 def _as_nobody(args: dict[str, Any]) -> list[dict[str, Any]]:
