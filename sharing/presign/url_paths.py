@@ -12,6 +12,10 @@ import re
 from collections.abc import Sequence
 from urllib.parse import quote
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 _UNRESERVED = re.compile(r"[A-Za-z0-9._~/-]*\Z")
 _PLAIN = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
 _MAX_CACHED_DIRECTORIES = 65_536
@@ -47,3 +51,38 @@ class PathEncoder:
         if not _UNRESERVED.match(base):
             base = quote(base, safe="/~")
         return f"{encoded_dir}{slash}{base}"
+
+
+# Bytes allowed in a plain key (see all_plain): unreserved characters, '/' and '='.
+_PLAIN_BYTES = np.zeros(256, np.bool_)
+_PLAIN_BYTES[
+    np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~/=-", np.uint8)
+] = True
+
+
+def plain_column(keys: pa.Array) -> bool:
+    """`all_plain` for a string column: one numpy lookup over its data buffer."""
+    if keys.null_count:
+        return False
+    return bool(_PLAIN_BYTES[string_bytes(keys)].all())
+
+
+def string_bytes(values: pa.Array) -> np.ndarray:
+    """The bytes of a string or binary column's values (of its slice only), not copied."""
+    n = len(values)
+    buffers = values.buffers()
+    if n == 0 or buffers[2] is None:
+        return np.empty(0, np.uint8)
+    offsets = np.frombuffer(buffers[1], np.int32, n + 1, values.offset * 4)
+    first, last = int(offsets[0]), int(offsets[-1])
+    return np.frombuffer(buffers[2], np.uint8, last - first, first)
+
+
+def relative_column(keys: pa.Array, root: str) -> pa.Array | None:
+    """`key[len(root):]` of every key (a string column), or None when one of them does
+    not start with `root`."""
+    if len(keys) == 0:
+        return keys
+    if keys.null_count or not pc.all(pc.starts_with(keys, root)).as_py():
+        return None
+    return pc.utf8_slice_codeunits(keys, len(root))
