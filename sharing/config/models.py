@@ -130,6 +130,9 @@ class TableConfig(Section):
     # `views.location` for clients that read only the parquet format (`lakeshare views
     # refresh`, pipeline.copies).
     compatible_copy: Boolean = False
+    # How often `lakeshare views refresh --watch` refreshes this entry's copy (and view);
+    # 0: `views.refreshIntervalSeconds`.
+    refresh_interval_seconds: NonNegative = 0
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
     storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
@@ -221,6 +224,9 @@ class ViewsConfig(Section):
     location: Annotated[OptionalText, AfterValidator(_views_location)] = None
     spark: ViewsSparkConfig = ViewsSparkConfig()
     refresh_interval_seconds: Positive = 300
+    # Work on source files totalling at most this many bytes runs in the refresher's own
+    # process instead of a Spark job (cheaper to do than to schedule); 0: always Spark.
+    in_process_bytes: NonNegative = 8 << 20
 
 
 # --- authorization and TLS ------------------------------------------------------------------
