@@ -119,6 +119,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     metrics = Metrics(config) if config.metrics.enabled else None
     if metrics is not None and app.state.recipients.writer is not None:
         app.state.recipients.writer.on_dropped = metrics.audit_records_dropped
+    if metrics is not None and store is not None:
+        # What `lakeshare views refresh` records (another process) as lakeshare_view_*.
+        metrics.watch_refreshes(store, config.store.cache_seconds)
     app.state.tables = TableService(
         config,
         stats_warmer=StatsWarmer(),
