@@ -82,7 +82,7 @@ def read_only(method: str) -> IcebergError:
 
 KeyVending = Callable[[SharedTable], TemporaryCredentials]
 """Vends a key of the server's S3 endpoint for a local table (sharing.s3.vending), to the
-recipient the catalog is seen by."""
+recipient the catalog is seen by, opening what its metadata names (sharing.s3.scope)."""
 
 
 def _s3_config(credentials: TemporaryCredentials) -> dict[str, str]:
@@ -161,25 +161,21 @@ class ShareCatalog:
             ) from None
 
     def _served_by_endpoint(self, shared: SharedTable) -> bool:
-        """Whether the S3 endpoint serves the table's files (sharing.s3.access): a local
-        table, whole (a partition filter would be bypassed by reading the folder), with
-        its history shared (the folder holds every version)."""
-        if shared.partition_filter is not None or not shared.config.history_shared:
-            return False
+        """Whether the S3 endpoint serves the table's files: every local table (a key for
+        a recipient's slice, history range or start version opens only the files its
+        metadata names: sharing.s3.scope)."""
         storage = self.metadata.tables.delta_table(shared).storage
         return storage.kind is StorageKind.LOCAL
 
-    def load_table(
-        self, namespace: str, table: str, vend: KeyVending | None = None
-    ) -> dict[str, Any]:
-        """The table's current metadata, inline and at its location. With `vend`, a local
-        table the S3 endpoint serves is named on its bucket there, with a vended key in
-        `config` and `storage-credentials`; otherwise locations are the server's own
-        (`file://` for local tables: readable on this machine only). Blocking (reads the
-        Delta log and may write the generated files)."""
+    def load_table(self, namespace: str, table: str, vend: KeyVending) -> dict[str, Any]:
+        """The table's current metadata, inline and at its location. A local table is
+        named on its bucket of the server's S3 endpoint, with a key from `vend` in `config`
+        and `storage-credentials` (never `file://`: a client elsewhere could not read it);
+        other tables by their own locations. Blocking (reads the Delta log and may write
+        the generated files)."""
         shared = self._table(namespace, table)
         try:
-            if vend is not None and self._served_by_endpoint(shared):
+            if self._served_by_endpoint(shared):
                 credentials = vend(shared)
                 bucket = credentials.location.removeprefix("s3://").rstrip("/")
                 generated = self.metadata.generate(shared, bucket=bucket)

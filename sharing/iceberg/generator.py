@@ -103,6 +103,8 @@ class GeneratedVersion:
     metadata_path: Path
     version: int
     snapshot_id: int
+    base: int = 0
+    """The first version of the generated history (its files' folder, TableFiles)."""
 
 
 def snapshot_id(version: int) -> int:
@@ -117,10 +119,14 @@ class IcebergMetadata:
         self.directory = Path(directory)
         self.tables = tables
 
-    def generated_root(self, shared: SharedTable, bucket: str) -> Path:
+    def generated_root(
+        self, shared: SharedTable, bucket: str, current: deltalog.Snapshot | None = None
+    ) -> Path:
         """The cache folder GENERATED_PREFIX maps to for `shared` named on `bucket` (its
-        latest Delta table id: a recreated table's old files are out of reach)."""
-        current = self.tables.latest(shared)
+        latest Delta table id, or `current`'s: a recreated table's old files are out of
+        reach)."""
+        if current is None:
+            current = self.tables.latest(shared)
         return TableFiles.table_dir(self.directory, self._identity(shared, current, bucket))
 
     @staticmethod
@@ -168,7 +174,7 @@ class IcebergMetadata:
         if not path.exists():
             with files.generating():
                 self._generate(shared, files, base, version, bucket)
-        return GeneratedVersion(path, version, snapshot_id(version))
+        return GeneratedVersion(path, version, snapshot_id(version), base)
 
     def _generate(
         self, shared: SharedTable, files: TableFiles, base: int, version: int, bucket: str | None
