@@ -119,9 +119,17 @@ async def load_table(request: Request) -> Response:
         return Response(status_code=204)
     await admit(request)
     loaded = await run_in_threadpool(
-        warehouse.load_table, path["namespace"], path["table"], _key_vending(request)
+        warehouse.load_table,
+        path["namespace"],
+        path["table"],
+        _key_vending(request),
+        request.query_params.get("snapshots"),
+        request.headers.get("if-none-match"),
     )
-    return JsonResponse(loaded)
+    headers = {"ETag": loaded.etag}
+    if loaded.body is None:
+        return Response(status_code=304, headers=headers)
+    return JsonResponse(loaded.body, headers=headers)
 
 
 async def report_metrics(request: Request) -> Response:

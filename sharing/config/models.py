@@ -587,6 +587,14 @@ def _profiles(value: object) -> object:
 StorageProfiles = tuple[tuple[str, StorageOptions], ...]
 
 
+class IcebergConfig(Section):
+    """The Iceberg catalog (sharing.iceberg): `cache_dir` is where generated metadata is
+    kept (unset: `<snapshotCacheDir>/iceberg` when the snapshot store is on, else
+    `lakeshare-iceberg` in the system's temporary folder)."""
+
+    cache_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
+
+
 class ServerConfig(Section):
     """The whole server configuration. Attribute names are the YAML keys in snake_case."""
 
@@ -651,6 +659,7 @@ class ServerConfig(Section):
     recipients: Sections[RecipientConfig] = ()
     store: StoreConfig = StoreConfig()
     views: ViewsConfig = ViewsConfig()
+    iceberg: IcebergConfig = IcebergConfig()
     basic_auth: BasicAuthConfig = BasicAuthConfig()
     admin: AdminConfig | None = None
     allow_anonymous: Boolean = False

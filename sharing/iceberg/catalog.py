@@ -10,6 +10,7 @@ granted is the same `NotFound` as one that does not exist, and a table's partiti
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "NAMESPACE_SEPARATOR",
     "IcebergError",
     "KeyVending",
+    "LoadedTable",
     "ShareCatalog",
     "iceberg_error",
     "read_only",
@@ -167,33 +169,104 @@ class ShareCatalog:
         storage = self.metadata.tables.delta_table(shared).storage
         return storage.kind is StorageKind.LOCAL
 
-    def load_table(self, namespace: str, table: str, vend: KeyVending) -> dict[str, Any]:
-        """The table's current metadata, inline and at its location. A local table is
-        named on its bucket of the server's S3 endpoint, with a key from `vend` in `config`
-        and `storage-credentials` (never `file://`: a client elsewhere could not read it);
-        other tables by their own locations. Blocking (reads the Delta log and may write
-        the generated files)."""
+    def load_table(
+        self,
+        namespace: str,
+        table: str,
+        vend: KeyVending,
+        snapshots: str | None = None,
+        if_none_match: str | None = None,
+    ) -> LoadedTable:
+        """The table's current metadata, inline and at its location, and its ETag; no body
+        when `if_none_match` names that ETag (the spec's 304). `snapshots` is the spec's
+        query parameter: `all` (the default) keeps every snapshot of the shared history in
+        the inline metadata, `refs` only those a branch or tag names (the current one);
+        the snapshot log stays whole. A local table is named on its bucket of the server's
+        S3 endpoint, with a key from `vend` in `config` and `storage-credentials` (never
+        `file://`: a client elsewhere could not read it); other tables by their own
+        locations. Blocking (reads the Delta log and may write the generated files)."""
+        mode = _snapshot_mode(snapshots)
         shared = self._table(namespace, table)
         try:
             if self._served_by_endpoint(shared):
                 credentials = vend(shared)
                 bucket = credentials.location.removeprefix("s3://").rstrip("/")
                 generated = self.metadata.generate(shared, bucket=bucket)
-                config = _s3_config(credentials)
                 path: Path = generated.metadata_path
                 relative = path.relative_to(self.metadata.generated_root(shared, bucket))
-                return {
-                    "metadata-location": f"s3://{bucket}/{GENERATED_PREFIX}{relative.as_posix()}",
-                    "metadata": orjson.loads(path.read_bytes()),
-                    "config": config,
-                    "storage-credentials": [{"prefix": f"s3://{bucket}/", "config": config}],
-                }
+                location = f"s3://{bucket}/{GENERATED_PREFIX}{relative.as_posix()}"
+                etag = _etag(location, mode)
+                if _matches(if_none_match, etag):
+                    return LoadedTable(etag, None)
+                config = _s3_config(credentials)
+                return LoadedTable(
+                    etag,
+                    {
+                        "metadata-location": location,
+                        "metadata": _metadata(path, mode),
+                        "config": config,
+                        "storage-credentials": [{"prefix": f"s3://{bucket}/", "config": config}],
+                    },
+                )
             generated = self.metadata.generate(shared)
         except SharingError as exc:
             raise iceberg_error(exc, "NoSuchTableException") from None
         path = generated.metadata_path
-        return {
-            "metadata-location": path.resolve().as_uri(),
-            "metadata": orjson.loads(path.read_bytes()),
-            "config": {},
-        }
+        location = path.resolve().as_uri()
+        etag = _etag(location, mode)
+        if _matches(if_none_match, etag):
+            return LoadedTable(etag, None)
+        return LoadedTable(
+            etag,
+            {"metadata-location": location, "metadata": _metadata(path, mode), "config": {}},
+        )
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    """A `loadTable` answer: its ETag, and its body (None: the client's copy is current)."""
+
+    etag: str
+    body: dict[str, Any] | None
+
+
+SNAPSHOT_MODES = ("all", "refs")
+
+
+def _snapshot_mode(value: str | None) -> str:
+    if value is None:
+        return "all"
+    mode = value.strip().lower()
+    if mode not in SNAPSHOT_MODES:
+        raise IcebergError(
+            400, "BadRequestException", f"`snapshots` must be `all` or `refs`, not {value!r}."
+        )
+    return mode
+
+
+def _etag(location: str, mode: str) -> str:
+    """A strong ETag of the inline metadata: generated files are immutable per (table,
+    version, naming), so their location names the content; the mode selects from it."""
+    digest = hashlib.sha256(f"{location}\n{mode}".encode()).hexdigest()[:32]
+    return f'"{digest}"'
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an If-None-Match header names `etag` (or is `*`): RFC 9110's weak
+    comparison, as for GET."""
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        tag = candidate.strip()
+        if tag == "*" or tag.removeprefix("W/") == etag:
+            return True
+    return False
+
+
+def _metadata(path: Path, mode: str) -> dict[str, Any]:
+    """The metadata JSON at `path`, with only the referenced snapshots in `refs` mode."""
+    metadata: dict[str, Any] = orjson.loads(path.read_bytes())
+    if mode == "refs":
+        named = {ref["snapshot-id"] for ref in metadata.get("refs", {}).values()}
+        metadata["snapshots"] = [s for s in metadata["snapshots"] if s["snapshot-id"] in named]
+    return metadata
