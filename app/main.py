@@ -127,7 +127,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         snapshot_store=snapshot_store_for(config),
     )
     # Iceberg metadata generated for the catalog routes (app.routes.iceberg).
-    app.state.iceberg_metadata = IcebergMetadata(cache_directory(config), app.state.tables)
+    app.state.iceberg_metadata = IcebergMetadata(
+        cache_directory(config), app.state.tables, config.iceberg.metadata_location
+    )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
     if metrics is not None:
