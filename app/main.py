@@ -120,6 +120,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     metrics = Metrics(config) if config.metrics.enabled else None
     if metrics is not None and app.state.recipients.writer is not None:
         app.state.recipients.writer.on_dropped = metrics.audit_records_dropped
+    if metrics is not None and store is not None:
+        # What `lakeshare views refresh` records (another process) as lakeshare_view_*.
+        metrics.watch_refreshes(store, config.store.cache_seconds)
     app.state.tables = TableService(
         config,
         stats_warmer=StatsWarmer(),
@@ -136,7 +139,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         metrics.catalog_changed(app.state.catalog.current().shares)
         app.state.catalog.on_change(lambda catalog: metrics.catalog_changed(catalog.shares))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
-    app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    app.state.file_server = FileServer(
+        app.state.catalog, config.signing_secret, config.views.location
+    )
     app.state.s3_keys = KeyChecker(
         config.signing_secret, app.state.recipients.directory, app.state.catalog
     )
