@@ -138,7 +138,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         metrics.catalog_changed(app.state.catalog.current().shares)
         app.state.catalog.on_change(lambda catalog: metrics.catalog_changed(catalog.shares))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
-    app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    app.state.file_server = FileServer(
+        app.state.catalog, config.signing_secret, config.views.location
+    )
     app.state.s3_keys = KeyChecker(
         config.signing_secret, app.state.recipients.directory, app.state.catalog
     )
