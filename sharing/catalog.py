@@ -41,6 +41,15 @@ class SharedTable:
     config: TableConfig
     recipient: str | None = None
     partition_filter: BoundFilter | None = None
+    # Set on the compatible copy of a table (TableService.copy_of): the table it copies.
+    # `config` is then the source's with the copy's location; everything a recipient sees
+    # (names, id, history, slice) stays the source's.
+    source: SharedTable | None = None
+
+    @property
+    def from_copy(self) -> bool:
+        """Whether this is a table's compatible copy (served for the parquet format)."""
+        return self.source is not None
 
     @property
     def slice_key(self) -> str:

@@ -86,10 +86,7 @@ def plan_query(
                 evaluate_sql=hints.evaluate_sql,
             )
     elif pinned is not None:
-        if pinned.time_travel:
-            resolved = tables.resolve(shared, version=pinned.version, timestamp=None)
-        else:
-            resolved = ResolvedSnapshot(tables.at_version(shared, pinned.version), False)
+        resolved = tables.pinned(shared, pinned.version, pinned.time_travel)
     else:
         resolved = tables.resolve(shared, version=request.version, timestamp=request.timestamp)
     planned = _plan(
@@ -159,7 +156,7 @@ def _plan(
         table_root=snapshot.table_root,
         signer=signer,
         id_scheme=id_scheme,
-        version=snapshot.version if resolved.time_travel else None,
+        version=resolved.version if resolved.time_travel else None,
         timestamp=resolved.commit_timestamp if resolved.time_travel else None,
     )
     key = _selection_key(inputs, snapshot, context, response_format, start, size)
@@ -174,11 +171,11 @@ def _plan(
 
     next_page_token = None
     if selection.next_index is not None:
-        this = PinnedVersion(snapshot.version, 0, resolved.time_travel)
+        this = PinnedVersion(resolved.version, 0, resolved.time_travel)
         next_page_token = tokens.page_token(shared, request, this, selection.next_index)
     refresh_token = None
     if request.include_refresh_token:
-        refresh_token = tokens.refresh_token(shared, snapshot.version)
+        refresh_token = tokens.refresh_token(shared, resolved.version)
     prepared = None
     sections: list[Section] = []
     if selection.templates is not None:
@@ -187,7 +184,7 @@ def _plan(
         sections.append(FileSection(selection.files, context, rows=selection.rows))
     asked = inputs.caps.include_end_stream_action
     return QueryPlan(
-        version=snapshot.version,
+        version=resolved.version,
         response_format=response_format,
         head=selection.head,
         sections=sections,
@@ -211,10 +208,12 @@ def _selection_key(
 ) -> tuple[object, ...]:
     """Everything a selection depends on: the table (as configured), the recipient's bound
     partition filter (not the recipient: equal slices share entries) and its version, the
-    response format and id scheme, time travel, and the request's hints and page."""
+    response format and id scheme, time travel, and the request's hints and page. A
+    compatible copy has its own location and versions, and is marked besides."""
     shared, request = inputs.shared, inputs.request
     return (
         shared.full_name,
+        shared.from_copy,
         shared.slice_key,
         shared.config.location,
         shared.config.storage,
@@ -340,12 +339,14 @@ def plan_metadata(
     timestamp: str | None,
     tables: TableService,
 ) -> MetadataResponse:
-    """Protocol and metadata of the latest snapshot, or of `version` / `timestamp`."""
-    snapshot = tables.resolve(shared, version=version, timestamp=timestamp).snapshot
+    """Protocol and metadata of the latest snapshot, or of `version` / `timestamp` (of
+    the copy holding it, for a compatible copy: the copy's schema, the source's version)."""
+    resolved = tables.resolve(shared, version=version, timestamp=timestamp)
+    snapshot = resolved.snapshot
     chosen = capabilities.choose_format(caps, snapshot.protocol, snapshot.metadata)
     visible = visible_rows(snapshot.files, snapshot.metadata, shared.partition_filter)
     figures = visible_figures(snapshot.files, visible)
     head = writer_for(chosen).head_lines(
         table_head(snapshot, shared.config.history_shared, figures)
     )
-    return MetadataResponse(snapshot.version, chosen, head)
+    return MetadataResponse(resolved.version, chosen, head)
