@@ -46,6 +46,7 @@ from sharing.recipients.audit import RefusalBudget
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.s3.access import KeyChecker
+from sharing.s3.objects import TableObjects
 from sharing.shares.admin import ShareAdmin
 from sharing.shares.live import LiveCatalog, RemovedListener
 from sharing.shares.repository import ShareRepository
@@ -144,6 +145,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.s3_keys = KeyChecker(
         config.signing_secret, app.state.recipients.directory, app.state.catalog
     )
+    app.state.s3_objects = TableObjects(app.state.iceberg_metadata)
     recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
         config,

@@ -160,6 +160,7 @@ def main() -> None:
             "authorization": {"bearerToken": TOKEN},
             "signingSecret": SECRET,
             "snapshotCacheDir": "off",
+            "requestTimeoutSeconds": 0,  # a cold 100k-file loadTable may pass the default 30 s
             "iceberg": {"cacheDir": str(work / "iceberg-cache")},
             "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
         }

@@ -112,6 +112,8 @@ class GeneratedVersion:
     published_folder: str | None = None
     """... and of the folder holding every generated file of the table (what vended
     credentials must reach besides the table)."""
+    base: int = 0
+    """The first version of the generated history (its files' folder, TableFiles)."""
 
 
 def snapshot_id(version: int) -> int:
@@ -133,10 +135,14 @@ class IcebergMetadata:
         self.metadata_locations = tuple(metadata_locations)
         """Where cloud tables' generated files are copied (`iceberg.metadataLocation`)."""
 
-    def generated_root(self, shared: SharedTable, bucket: str) -> Path:
+    def generated_root(
+        self, shared: SharedTable, bucket: str, current: deltalog.Snapshot | None = None
+    ) -> Path:
         """The cache folder GENERATED_PREFIX maps to for `shared` named on `bucket` (its
-        latest Delta table id: a recreated table's old files are out of reach)."""
-        current = self.tables.latest(shared)
+        latest Delta table id, or `current`'s: a recreated table's old files are out of
+        reach)."""
+        if current is None:
+            current = self.tables.latest(shared)
         return TableFiles.table_dir(self.directory, self._identity(shared, current, bucket))
 
     @staticmethod
@@ -201,12 +207,12 @@ class IcebergMetadata:
             with files.generating():
                 self._generate(shared, files, base, version, bucket, published)
         if published is None:
-            return GeneratedVersion(path, version, snapshot_id(version))
+            return GeneratedVersion(path, version, snapshot_id(version), base=base)
         with self.tables.errors(shared):
             publish_version(current.storage, files, version, published, self.directory)
         folder = f"{published}/{files.table_root.relative_to(self.directory).as_posix()}"
         location = f"{published}/{path.relative_to(self.directory).as_posix()}"
-        return GeneratedVersion(path, version, snapshot_id(version), location, folder)
+        return GeneratedVersion(path, version, snapshot_id(version), location, folder, base=base)
 
     def _generate(
         self,

@@ -179,6 +179,12 @@ class Planner:
             tables=self.tables,
         )
 
+    def check_async(self, inputs: QueryInputs) -> None:
+        """Refuse, before an async query is recorded, one its copy would serve: the async
+        service pins and pages the original table only."""
+        if QueryKind.of(inputs.request) is not QueryKind.STREAMING:
+            self._on_served(inputs)
+
     def _on_served(self, inputs: QueryInputs) -> QueryInputs:
         """A snapshot query's inputs on the table that serves it (`served`)."""
         served = self.served(inputs.shared, inputs.caps)

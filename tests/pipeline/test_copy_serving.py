@@ -244,3 +244,14 @@ def test_tokens_and_file_urls_of_the_copy_do_not_cross_to_the_original(
     assert "&cp=1&" in url
     assert httpx.get(url).status_code == 200
     assert httpx.get(url.replace("&cp=1", "")).status_code == 403
+
+
+def test_an_async_query_the_copy_would_serve_is_refused_at_once(server: RunningServer) -> None:
+    base = server.url("/shares/s/schemas/d/tables/dv_mapping")
+    headers = {
+        **server.auth_headers,
+        "delta-sharing-capabilities": "responseformat=parquet;asyncquery=true",
+    }
+    response = httpx.post(base + "/query", json={"idempotency_key": "k1"}, headers=headers)
+    assert response.status_code == 400, response.text
+    assert "answers synchronous queries only" in response.json()["message"]

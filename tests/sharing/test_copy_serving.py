@@ -121,7 +121,7 @@ def test_source_versions_map_onto_the_copy_versions_holding_them(
 
     at_one = service.resolve(copy, version=1, timestamp=None)
     assert (at_one.version, at_one.snapshot.version, at_one.time_travel) == (1, 0, True)
-    assert at_one.commit_timestamp == DeltaTable(str(source)).history()[-2]["timestamp"]
+    assert at_one.commit_timestamp is not None  # the source's (see the timestamp test)
     assert _ids(service, copy, 1) == [*range(15)]
     # v2 only compacted files: the copy of v1 holds exactly its rows, under number 2
     at_two = service.resolve(copy, version=2, timestamp=None)
@@ -182,7 +182,9 @@ def test_a_new_refresh_is_seen_and_timestamps_resolve_on_the_source(
     _materialize(views, source, 4)
     assert service.resolve(copy, version=4, timestamp=None).snapshot.version == 1
     assert service.resolve(copy, version=1, timestamp=None).snapshot.version == 0
-    stamp = DeltaTable(str(source)).history()[-2]["timestamp"]  # source v1's commit
+    # the source commit's timestamp, as the client is given it, travels back to it
+    stamp = service.resolve(copy, version=1, timestamp=None).commit_timestamp
+    assert stamp is not None
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp / 1000))
     iso += f".{stamp % 1000:03d}Z"
     by_time = service.resolve(copy, version=None, timestamp=iso)
@@ -284,3 +286,33 @@ def test_local_file_urls_of_a_copy_open_the_copys_files_only(tmp_path: Path, sou
         without.open(
             "s", "d", "t", "same.parquet", of_copy["exp"], of_copy["sig"], HOLDER, copy=True
         )
+
+
+def test_the_fast_path_of_a_repeated_query_answers_from_the_copy(
+    tmp_path: Path, source: Path
+) -> None:
+    """A repeated small query on a fresh latest snapshot is answered without I/O
+    (Planner.query_ready): from the copy's cached selection, with the source's version,
+    never from the original's (which is cached too, for delta-format clients)."""
+    from sharing.query.capabilities import Capabilities
+    from sharing.query.planner import Planner
+    from sharing.query.request import QueryInputs
+
+    views = tmp_path / "views"
+    _materialize(views, source, 3)
+    config = make_config({"views": {"location": str(views)}}, refreshWindowMs=60_000)
+    planner = Planner(config, TableService(config), TokenCodec(SECRET.encode()))
+    shared = _shared(source)
+    parquet = QueryInputs(shared, QueryRequest(), parse("responseformat=parquet"), None)
+    delta = QueryInputs(shared, QueryRequest(), parse("responseformat=delta"), None)
+    for inputs in (parquet, delta):
+        assert planner.query_ready(inputs, "http://h", HOLDER) is None  # nothing cached yet
+        planner.query_response(inputs, "http://h", HOLDER)
+    ready = planner.query_ready(parquet, "http://h", HOLDER)
+    assert ready is not None
+    plan, body = ready
+    assert plan.version == 3 and plan.response_format == "parquet"
+    assert b"&cp=1&" in body and str(views).encode() not in body
+    ready = planner.query_ready(delta, "http://h", HOLDER)
+    assert ready is not None and ready[0].version == 5 and b"&cp=1" not in ready[1]
+    assert isinstance(parquet.caps, Capabilities)
