@@ -5,9 +5,12 @@ server never runs Spark inside a request).
     lakeshare views status --config FILE [--format table|json]
 
 `refresh` brings every compatible copy of the configuration (table entries with
-`compatibleCopy: true`) up to its source's latest version, one commit each; `--watch`
-keeps doing so every `views.refreshIntervalSeconds`. Each refresh records its outcome in
-`<views.location>/_status/<name>.json`, which `status` shows with the versions.
+`compatibleCopy: true`) up to its source's latest version, and every view's
+materializations (one per tuple of property values of the recipients granted its share,
+pipeline.views) up to their sources' latest versions, one commit each; `--watch` keeps
+doing so every `views.refreshIntervalSeconds`, picking up new tuples as recipients are
+granted or change properties. Each refresh records its outcome in
+`<views.location>/_status/`, which `status` shows with the versions.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.copies import CopySpec, copy_versions, open_source, sweep
+from pipeline.views import view_status
 from sharing.config import ConfigError, ServerConfig, load_config
 from sharing.copies import copy_location
 from sharing.shares.repository import every_share
@@ -58,14 +62,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lakeshare views: invalid configuration: {exc}", file=sys.stderr)
         return 2
     specs = copy_specs(config)
-    if getattr(args, "view", None):
-        specs = [s for s in specs if s.name.lower() == args.view.lower()]
-        if not specs:
-            print(f"lakeshare views: no compatible copy named {args.view}", file=sys.stderr)
+    wanted = getattr(args, "view", None)
+    views = _view_specs(config, wanted)
+    if wanted:
+        specs = [s for s in specs if s.name.lower() == wanted.lower()]
+        if not specs and not views:
+            print(f"lakeshare views: no view or compatible copy named {wanted}", file=sys.stderr)
             return 2
     if args.command == "status":
-        return _status(config, specs, args.format)
-    return _refresh(config, specs, full=args.full, watch=args.watch)
+        code = _status(config, specs, args.format, views)
+        return code
+    return _refresh(config, specs, full=args.full, watch=args.watch, wanted=wanted)
+
+
+def _view_specs(config: ServerConfig, wanted: str | None) -> list[Any]:
+    """The configuration's views with the tuples of the recipients granted them now."""
+    from pipeline.views import granted_recipients, view_specs
+
+    specs = view_specs(config, every_share(config), granted_recipients(config))
+    if wanted:
+        specs = [s for s in specs if s.name.lower() == wanted.lower()]
+    return specs
 
 
 def copy_specs(config: ServerConfig) -> list[CopySpec]:
@@ -108,15 +125,26 @@ def spark_session(config: ServerConfig) -> Any:
     return session
 
 
-def _refresh(config: ServerConfig, specs: list[CopySpec], *, full: bool, watch: bool) -> int:
+def _refresh(
+    config: ServerConfig,
+    specs: list[CopySpec],
+    *,
+    full: bool,
+    watch: bool,
+    wanted: str | None = None,
+) -> int:
     from pipeline.refresh import refresh_copy
 
-    if not specs:
-        print("lakeshare views: nothing to refresh (no table has compatibleCopy: true)")
+    views = _view_specs(config, wanted)
+    if not specs and not views:
+        print(
+            "lakeshare views: nothing to refresh (no view, and no table has compatibleCopy: true)"
+        )
         return 0
     spark = spark_session(config)
     failed = 0
     while True:
+        failed += _refresh_views(config, spark, views)
         for spec in specs:
             started = time.time()
             try:
@@ -139,6 +167,53 @@ def _refresh(config: ServerConfig, specs: list[CopySpec], *, full: bool, watch: 
             return 1 if failed else 0
         full = False
         time.sleep(config.views.refresh_interval_seconds)
+        views = _view_specs(config, wanted)  # recipients granted or changed meanwhile
+
+
+def _refresh_views(config: ServerConfig, spark: Any, views: list[Any]) -> int:
+    """Refresh every tuple of every view; the number that failed."""
+    from pipeline.views import refresh_view
+
+    failed = 0
+    for spec in views:
+        if not spec.tuples:
+            print(f"{spec.name}: no recipient is granted its share: nothing to materialize")
+        for values in spec.tuples:
+            started = time.time()
+            label = f"{spec.name} {json.dumps(values.as_dict, sort_keys=True)}"
+            path = _view_status_file(config, spec.name, values.id(spec.name))
+            try:
+                result = refresh_view(spark, spec, values)
+            except Exception as exc:
+                failed += 1
+                _write_status(path, {"time": started, "error": f"{type(exc).__name__}: {exc}"})
+                print(f"{label}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr)
+                traceback.print_exc(limit=3)
+                continue
+            _write_status(path, {"time": started, "error": None, **asdict(result)})
+            print(
+                f"{label}: {result.mode} at sources {result.source_versions} -> version "
+                f"{result.version} ({result.rows_written} rows, {result.files_written} files, "
+                f"{result.seconds:.1f}s)"
+            )
+    return failed
+
+
+def _view_status_file(config: ServerConfig, name: str, tuple_id: str) -> Path | None:
+    location = config.views.location or ""
+    if "://" in location:
+        return None
+    return Path(location) / STATUS_DIR / "views" / name / f"{tuple_id}.json"
+
+
+def _write_status(path: Path | None, outcome: dict[str, Any]) -> None:
+    if path is None:
+        return
+    previous = _read_status(path)
+    if outcome.get("error"):
+        outcome = {**previous, "time_of_error": outcome["time"], "error": outcome["error"]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(outcome, sort_keys=True))
 
 
 def _status_file(config: ServerConfig, spec: CopySpec) -> Path | None:
@@ -189,11 +264,27 @@ def copy_status(config: ServerConfig, spec: CopySpec) -> dict[str, Any]:
     return row
 
 
-def _status(config: ServerConfig, specs: list[CopySpec], output: str) -> int:
+def _status(
+    config: ServerConfig,
+    specs: list[CopySpec],
+    output: str,
+    views: list[Any] = (),  # type: ignore[assignment]
+) -> int:
     rows = [copy_status(config, spec) for spec in specs]
+    view_rows = [_with_last(config, row) for spec in views for row in view_status(spec)]
     if output == "json":
-        print(json.dumps(rows, indent=2, sort_keys=True))
+        print(json.dumps([*rows, *view_rows], indent=2, sort_keys=True))
         return 0
+    for row in view_rows:
+        print(
+            f"{row['name']} {json.dumps(row['tuple'], sort_keys=True)}: sources "
+            f"{row['source_versions']}, materialized "
+            f"{row.get('materialized_source_versions', '-')} (version {row.get('version', '-')}"
+            f", lag {row.get('lag_versions', '-')}), last refresh "
+            f"{_when(row.get('last_time'))} {row.get('last_seconds', 0):.1f}s "
+            f"{row.get('last_rows_written', 0)} rows {row.get('last_files_written', 0)} files"
+            + (f", last error: {row['last_error']}" if row.get("last_error") else "")
+        )
     for row in rows:
         print(
             f"{row['name']}: source v{row.get('source_version', '?')}, copy of "
@@ -204,6 +295,14 @@ def _status(config: ServerConfig, specs: list[CopySpec], output: str) -> int:
             + (f", last error: {row['last_error']}" if row.get("last_error") else "")
         )
     return 0
+
+
+def _with_last(config: ServerConfig, row: dict[str, Any]) -> dict[str, Any]:
+    last = _read_status(_view_status_file(config, row["name"], row["tuple_id"]))
+    for key in ("time", "seconds", "rows_written", "files_written", "error"):
+        if key in last:
+            row[f"last_{key}"] = last[key]
+    return row
 
 
 def _when(epoch: float | None) -> str:

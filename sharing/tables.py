@@ -62,6 +62,7 @@ from sharing.errors import (
 )
 from sharing.skipping.warm import StatsWarmer
 from sharing.storage_errors import access_denied
+from sharing.views.materializations import ViewNotMaterialized
 
 __all__ = [
     "ChangeCommit",
@@ -122,6 +123,8 @@ class TableService:
         self._warmer = stats_warmer
         self._stale_ok = config.staleness_acceptable
         self._refresh_window = config.refresh_window_ms / 1000
+        # A view's tuple not materialized yet: retry after the refresher's next pass.
+        self._retry_after = config.views.refresh_interval_seconds
         self.snapshot_store = snapshot_store
         self._tables: OrderedDict[_TableKey, deltalog.DeltaTable] = OrderedDict()
         self._latest: dict[_TableKey, deltalog.Snapshot] = {}
@@ -357,6 +360,8 @@ class TableService:
         except SharingError:
             raise
         except TableNotFoundError as exc:
+            if shared.is_view:
+                raise ViewNotMaterialized(shared.full_name, self._retry_after) from exc
             log.warning(
                 "shared table %s: no Delta table at %s (%s)",
                 shared.full_name,

@@ -17,7 +17,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,7 +27,9 @@ from sharing.catalog import SharedTable
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
+from sharing.recipients.names import Properties
 from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
+from sharing.views.materializations import served_entry
 
 log = logging.getLogger("lakeshare.files")
 
@@ -62,10 +64,21 @@ class TableLookup(Protocol):
 class FileServer:
     """Checks signed file URLs against the catalog and finds the file on disk."""
 
-    def __init__(self, catalog: TableLookup, secret: str | bytes) -> None:
-        """`catalog` is asked on every download: a table no longer served has no files."""
+    def __init__(
+        self,
+        catalog: TableLookup,
+        secret: str | bytes,
+        *,
+        properties_of: Callable[[str], Properties] | None = None,
+        views_location: str | None = None,
+    ) -> None:
+        """`catalog` is asked on every download: a table no longer served has no files.
+        A view's files are those of the materialization of the tuple the URL holder's
+        current properties (`properties_of`) give, under `views_location`."""
         self._catalog = catalog
         self._master = derive_master_key(secret)
+        self._properties_of = properties_of
+        self._views_location = views_location
 
     def open(
         self,
@@ -105,8 +118,15 @@ class FileServer:
                 "The URL has expired.",
                 Refusal(Reason.URL_EXPIRED, holder.recipient, holder.credential_id),
             )
+        location = shared.config.location
+        if shared.is_view:
+            properties = self._properties_of(holder.recipient) if self._properties_of else ()
+            view, _ = served_entry(
+                shared.config, shared.full_name, self._views_location, properties
+            )
+            location = view.location
         try:
-            path = resolve_inside(shared.config.location, relative)
+            path = resolve_inside(location, relative)
         except RefusedForbidden:
             raise
         except Forbidden as exc:
