@@ -3,11 +3,9 @@ authentication, error handlers and middleware. No protocol logic lives here."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from starlette.responses import RedirectResponse
@@ -39,6 +37,7 @@ from app.routes.admin import build_admin_app
 from app.routing import ProtocolApp, authenticated_routes
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
+from sharing.iceberg.files import cache_directory
 from sharing.iceberg.generator import IcebergMetadata
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
@@ -54,7 +53,7 @@ from sharing.shares.live import LiveCatalog, RemovedListener
 from sharing.shares.repository import ShareRepository
 from sharing.skipping.warm import StatsWarmer
 from sharing.store.async_queries import StoreQueryStore
-from sharing.tables import SNAPSHOT_CACHE_OFF, TableService, snapshot_store_for
+from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
@@ -89,15 +88,6 @@ def _forget_removed(tables: TableService, planner: Planner) -> RemovedListener:
             planner.selections.forget(shared.full_name)
 
     return forget
-
-
-def _iceberg_directory(config: ServerConfig) -> Path:
-    """Where generated Iceberg metadata goes: beside the snapshot store when there is one
-    (shared by the workers), otherwise the system's temporary folder."""
-    directory = config.snapshot_cache_dir
-    if directory is not None and directory.lower() != SNAPSHOT_CACHE_OFF:
-        return Path(directory) / "iceberg"
-    return Path(tempfile.gettempdir()) / "lakeshare-iceberg"
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -138,7 +128,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         snapshot_store=snapshot_store_for(config),
     )
     # Iceberg metadata generated for the catalog routes (app.routes.iceberg).
-    app.state.iceberg_metadata = IcebergMetadata(_iceberg_directory(config), app.state.tables)
+    app.state.iceberg_metadata = IcebergMetadata(
+        cache_directory(config), app.state.tables, config.iceberg.metadata_location
+    )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
     if metrics is not None:

@@ -33,6 +33,7 @@ from pipeline.copies import (
     output_name,
     partition_values_by_logical_name,
 )
+from pipeline.session import default_parallelism
 from pipeline.stats import file_stats
 
 NAME = "lakeshare_copy_job"
@@ -66,9 +67,7 @@ def run_copy_job(
         "files": [asdict(ref) for ref in plan.todo],
         "run": run,
         "maxGroupBytes": max_group_bytes or DEFAULT_GROUP_BYTES,
-        "minGroups": int(spark.sparkContext.defaultParallelism)
-        if hasattr(spark, "sparkContext")
-        else 2,
+        "minGroups": default_parallelism(spark),
     }
     options = {"plan": json.dumps(document)}
     if fail_on is not None:

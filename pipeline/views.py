@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from deltalog import DeltaTable, Snapshot
@@ -26,6 +25,9 @@ from deltalog.storage import resolve
 from sharing.config import ServerConfig, ShareConfig
 from sharing.recipients.model import Recipient
 from sharing.recipients.names import Properties
+from sharing.refresh_status import VIEW, PassOutcome
+from sharing.shares.repository import every_share
+from sharing.store import Store
 from sharing.views.materializations import (
     SOURCE_VERSIONS,
     VIEW_NAME,
@@ -135,30 +137,15 @@ def _source_table(shares: tuple[ShareConfig, ...], ref: SourceRef) -> SourceTabl
     return SourceTable(ref, entry.location, entry.storage_options() or {})
 
 
-def granted_recipients(config: ServerConfig) -> list[Recipient]:
-    """The configuration's recipients and the store's (an embedded store that does not
-    exist yet is not created: it holds none)."""
-    from sqlalchemy.engine import make_url
-
+def granted_recipients(config: ServerConfig, store: Store | None) -> list[Recipient]:
+    """The configuration's recipients and the store's."""
     from sharing.recipients.directory import RecipientDirectory
-    from sharing.store import open_store
 
-    url = config.store.url
-    store = None
-    if url:
-        parsed = make_url(url)
-        embedded = parsed.get_backend_name() == "sqlite" and parsed.database
-        if not (embedded and not Path(str(parsed.database)).exists()):
-            store = open_store(url)
-    try:
-        directory = RecipientDirectory(config, store)
-        recipients = list(directory.config_recipients())
-        if directory.repository is not None:
-            recipients.extend(directory.repository.all())
-        return recipients
-    finally:
-        if store is not None:
-            store.close()
+    directory = RecipientDirectory(config, store)
+    recipients = list(directory.config_recipients())
+    if directory.repository is not None:
+        recipients.extend(directory.repository.all())
+    return recipients
 
 
 def materialized(spec: ViewSpec, values: ViewTuple) -> Snapshot | None:
@@ -267,34 +254,62 @@ def _rows(snapshot: Snapshot) -> int:
     return total
 
 
-def view_status(spec: ViewSpec) -> list[dict[str, Any]]:
-    """Per tuple: the sources' versions now, those the materialization holds, its version
-    and the lag (versions of the sources not yet materialized)."""
-    current: dict[str, int] = {}
-    errors: dict[str, str] = {}
-    for source in spec.sources:
-        try:
-            current[str(source.ref)] = source.snapshot().version
-        except Exception as exc:
-            errors[str(source.ref)] = f"{type(exc).__name__}: {exc}"
-    rows = []
-    for values in spec.tuples:
-        row: dict[str, Any] = {
-            "name": spec.name,
-            "tuple": values.as_dict,
-            "tuple_id": values.id(spec.name),
-            "location": spec.location(values),
-            "source_versions": current,
-        }
-        if errors:
-            row["source_errors"] = errors
-        last = last_commit_info(spec, values)
+@dataclass(frozen=True)
+class ViewTarget:
+    """One tuple of a view, as the refresher's target (pipeline.targets). Every refresh
+    of a view is a full recompute, so `full` changes nothing."""
+
+    spec: ViewSpec
+    values: ViewTuple
+    interval_seconds: int
+    kind: str = VIEW
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def tuple_digest(self) -> str:
+        return self.values.id(self.spec.name)
+
+    def refresh(self, spark: Any, *, full: bool) -> PassOutcome:
+        started = time.time()
+        result = refresh_view(spark, self.spec, self.values)
+        last = last_commit_info(self.spec, self.values)
+        held: dict[str, int] = {}
         if last is not None:
-            version, info = last
-            held = json.loads(info.get(SOURCE_VERSIONS, "{}"))
-            row["version"] = version
-            row["materialized_source_versions"] = held
-            if current and not errors:
-                row["lag_versions"] = sum(current.values()) - sum(held.get(k, 0) for k in current)
-        rows.append(row)
-    return rows
+            held = {k: int(v) for k, v in json.loads(last[1].get(SOURCE_VERSIONS, "{}")).items()}
+        return PassOutcome(
+            source_versions=result.source_versions,
+            materialized_version=last[0] if last is not None else None,
+            materialized_sources=held,
+            mode=result.mode,
+            committed=result.mode == "full",
+            started_ms=int(started * 1000),
+            duration_ms=int(result.seconds * 1000),
+            rows=result.rows_written,
+            files_written=result.files_written,
+        )
+
+    def latest_source_versions(self) -> dict[str, int]:
+        return {str(source.ref): source.snapshot().version for source in self.spec.sources}
+
+    def sweep(self) -> None:
+        """Nothing to sweep: a failed write deletes its run's files (pipeline.writer)."""
+
+
+def view_targets(config: ServerConfig, store: Store | None) -> list[ViewTarget]:
+    """One target per view and tuple of the recipients granted its share now."""
+    if not any(True for _ in configured_views(config.shares)):
+        return []
+    shares = every_share(config)
+    intervals = {
+        view.name.lower(): view.entry.refresh_interval_seconds
+        or config.views.refresh_interval_seconds
+        for view in configured_views(config.shares)
+    }
+    return [
+        ViewTarget(spec, values, intervals[spec.name.lower()])
+        for spec in view_specs(config, shares, granted_recipients(config, store))
+        for values in spec.tuples
+    ]

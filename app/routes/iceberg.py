@@ -5,7 +5,7 @@ authentication's included, answer in the catalog's shape."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -15,11 +15,14 @@ from app.auth import authenticate, catalog_for
 from app.limits import admit
 from app.responses import JsonResponse
 from app.routing import ProtocolRoute
+from deltalog.storage.base import Storage
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.credentials import TemporaryCredentials
+from sharing.credentials import vend as vend_cloud
 from sharing.errors import SharingError
 from sharing.iceberg.catalog import (
+    CloudVending,
     IcebergError,
     KeyVending,
     ShareCatalog,
@@ -109,6 +112,17 @@ def _key_vending(request: Request) -> KeyVending:
     return vend
 
 
+def _cloud_vending(request: Request) -> CloudVending:
+    """The table's cloud credentials for the request's recipient (the vending of
+    `temporary-table-credentials`), reaching also the table's generated metadata."""
+    config: ServerConfig = request.app.state.config
+
+    def vend(shared: SharedTable, storage: Storage, also: Sequence[str]) -> TemporaryCredentials:
+        return vend_cloud(shared, storage, None, config.temporary_credential_validity_seconds, also)
+
+    return vend
+
+
 async def load_table(request: Request) -> Response:
     warehouse, path = _warehouse(request), request.path_params
     if request.method == "HEAD":
@@ -116,9 +130,18 @@ async def load_table(request: Request) -> Response:
         return Response(status_code=204)
     await admit(request)
     loaded = await run_in_threadpool(
-        warehouse.load_table, path["namespace"], path["table"], _key_vending(request)
+        warehouse.load_table,
+        path["namespace"],
+        path["table"],
+        _key_vending(request),
+        request.query_params.get("snapshots"),
+        request.headers.get("if-none-match"),
+        _cloud_vending(request),
     )
-    return JsonResponse(loaded)
+    headers = {"ETag": loaded.etag}
+    if loaded.body is None:
+        return Response(status_code=304, headers=headers)
+    return JsonResponse(loaded.body, headers=headers)
 
 
 async def report_metrics(request: Request) -> Response:

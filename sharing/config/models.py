@@ -148,6 +148,9 @@ class TableConfig(Section):
     # `views.location` for clients that read only the parquet format (`lakeshare views
     # refresh`, pipeline.copies).
     compatible_copy: Boolean = False
+    # How often `lakeshare views refresh --watch` refreshes this entry's copy (and view);
+    # 0: `views.refreshIntervalSeconds`.
+    refresh_interval_seconds: NonNegative = 0
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
     storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
@@ -260,6 +263,9 @@ class ViewsConfig(Section):
     location: Annotated[OptionalText, AfterValidator(_views_location)] = None
     spark: ViewsSparkConfig = ViewsSparkConfig()
     refresh_interval_seconds: Positive = 300
+    # Work on source files totalling at most this many bytes runs in the refresher's own
+    # process instead of a Spark job (cheaper to do than to schedule); 0: always Spark.
+    in_process_bytes: NonNegative = 8 << 20
 
 
 # --- authorization and TLS ------------------------------------------------------------------
@@ -626,6 +632,31 @@ def _profiles(value: object) -> object:
 StorageProfiles = tuple[tuple[str, StorageOptions], ...]
 
 
+def _metadata_locations(value: tuple[str, ...]) -> tuple[str, ...]:
+    from sharing.credentials.location import parse_location
+
+    cleaned = tuple(item.strip().rstrip("/") for item in value if item.strip())
+    for item in cleaned:
+        if parse_location(item) is None:
+            raise Problem(
+                f"{item!r} is not a cloud location (s3://bucket/prefix, gs://bucket/prefix, "
+                "abfss://container@account.dfs.core.windows.net/prefix)"
+            )
+    return cleaned
+
+
+class IcebergConfig(Section):
+    """The Iceberg catalog (sharing.iceberg): `cache_dir` is where generated metadata is
+    kept (unset: `<snapshotCacheDir>/iceberg` when the snapshot store is on, else
+    `lakeshare-iceberg` in the system's temporary folder)."""
+
+    cache_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
+    # Cloud locations (one per cloud account or bucket the tables live in) where a cloud
+    # table's generated metadata is copied, so the credentials vended for the table reach
+    # it (sharing.iceberg.publish); a table whose cloud has none is served without them.
+    metadata_location: Annotated[Texts, AfterValidator(_metadata_locations)] = ()
+
+
 class ServerConfig(Section):
     """The whole server configuration. Attribute names are the YAML keys in snake_case."""
 
@@ -690,6 +721,7 @@ class ServerConfig(Section):
     recipients: Sections[RecipientConfig] = ()
     store: StoreConfig = StoreConfig()
     views: ViewsConfig = ViewsConfig()
+    iceberg: IcebergConfig = IcebergConfig()
     basic_auth: BasicAuthConfig = BasicAuthConfig()
     admin: AdminConfig | None = None
     allow_anonymous: Boolean = False

@@ -72,6 +72,7 @@ from sharing.catalog import SharedTable
 from sharing.errors import InvalidParameter, UnsupportedOperation
 from sharing.iceberg import avro_files as av
 from sharing.iceberg.files import TableFiles, write_once
+from sharing.iceberg.publish import publish_version
 from sharing.iceberg.puffin import DeletionVectorBlob, puffin_file
 from sharing.iceberg.schema import ConvertedSchema, convert_schema, ids_of
 from sharing.iceberg.values import file_bounds, partition_value, string_prefix_length
@@ -103,6 +104,12 @@ class GeneratedVersion:
     metadata_path: Path
     version: int
     snapshot_id: int
+    published: str | None = None
+    """With a metadata location (`generate(..., published=...)`): the URI of the metadata
+    JSON there."""
+    published_folder: str | None = None
+    """... and of the folder holding every generated file of the table (what vended
+    credentials must reach besides the table)."""
 
 
 def snapshot_id(version: int) -> int:
@@ -113,9 +120,16 @@ def snapshot_id(version: int) -> int:
 class IcebergMetadata:
     """Generates and caches Iceberg metadata for shared tables under `directory`."""
 
-    def __init__(self, directory: Path | str, tables: TableService) -> None:
+    def __init__(
+        self,
+        directory: Path | str,
+        tables: TableService,
+        metadata_locations: Sequence[str] = (),
+    ) -> None:
         self.directory = Path(directory)
         self.tables = tables
+        self.metadata_locations = tuple(metadata_locations)
+        """Where cloud tables' generated files are copied (`iceberg.metadataLocation`)."""
 
     def generated_root(self, shared: SharedTable, bucket: str) -> Path:
         """The cache folder GENERATED_PREFIX maps to for `shared` named on `bucket` (its
@@ -124,23 +138,36 @@ class IcebergMetadata:
         return TableFiles.table_dir(self.directory, self._identity(shared, current, bucket))
 
     @staticmethod
-    def _identity(shared: SharedTable, current: deltalog.Snapshot, bucket: str | None) -> str:
+    def _identity(
+        shared: SharedTable,
+        current: deltalog.Snapshot,
+        bucket: str | None,
+        published: str | None = None,
+    ) -> str:
         identity = f"{table_identity(current.storage, current.table_root)}|{current.metadata.id}"
         if shared.slice_key:
             # A recipient's partition filter selects files: its own generated files.
             identity = f"{identity}|slice:{shared.slice_key}"
         if bucket is not None:
             identity = f"{identity}|bucket:{bucket}"
+        if published is not None:
+            identity = f"{identity}|published:{published}"
         return identity
 
     def generate(
-        self, shared: SharedTable, version: int | None = None, bucket: str | None = None
+        self,
+        shared: SharedTable,
+        version: int | None = None,
+        bucket: str | None = None,
+        published: str | None = None,
     ) -> GeneratedVersion:
         """The metadata of `shared` at `version` (None: the latest), generated if needed.
         Versions before the shared history are the Delta Sharing routes' 400. A table
         this recipient sees a slice of (sharing.slices) lists only the slice's files,
         generated and cached per bound filter. With `bucket`, locations are on the
-        server's S3 endpoint (see the module's docstring)."""
+        server's S3 endpoint (see the module's docstring). With `published` (a cloud
+        table's metadata location, `iceberg.metadataLocation`), generated files are named
+        under that URI and copied there (sharing.iceberg.publish)."""
         if version is None:
             version = self.tables.latest(shared).version
         elif not shared.config.history_shared and version != self.tables.latest(shared).version:
@@ -163,15 +190,30 @@ class IcebergMetadata:
         current = self.tables.at_version(shared, version)
         if bucket is not None and current.storage.kind is not StorageKind.LOCAL:
             raise UnsupportedOperation("Only local tables are named on the S3 endpoint")
-        files = TableFiles(self.directory, self._identity(shared, current, bucket), base)
+        if published is not None:
+            published = published.rstrip("/")
+        identity = self._identity(shared, current, bucket, published)
+        files = TableFiles(self.directory, identity, base)
         path = files.metadata_path(version)
         if not path.exists():
             with files.generating():
-                self._generate(shared, files, base, version, bucket)
-        return GeneratedVersion(path, version, snapshot_id(version))
+                self._generate(shared, files, base, version, bucket, published)
+        if published is None:
+            return GeneratedVersion(path, version, snapshot_id(version))
+        with self.tables.errors(shared):
+            publish_version(current.storage, files, version, published, self.directory)
+        folder = f"{published}/{files.table_root.relative_to(self.directory).as_posix()}"
+        location = f"{published}/{path.relative_to(self.directory).as_posix()}"
+        return GeneratedVersion(path, version, snapshot_id(version), location, folder)
 
     def _generate(
-        self, shared: SharedTable, files: TableFiles, base: int, version: int, bucket: str | None
+        self,
+        shared: SharedTable,
+        files: TableFiles,
+        base: int,
+        version: int,
+        bucket: str | None,
+        published: str | None = None,
     ) -> None:
         """Step from the latest generated version at or before `version` (else from the
         base) to `version`. Only the last step's metadata JSON is written: the catalog
@@ -192,7 +234,13 @@ class IcebergMetadata:
             snapshot = self.tables.at_version(shared, v)
             with self.tables.errors(shared):
                 metadata = _Step(
-                    files, metadata, previous, snapshot, shared.partition_filter, bucket
+                    files,
+                    metadata,
+                    previous,
+                    snapshot,
+                    shared.partition_filter,
+                    bucket,
+                    published,
                 ).write()
             previous = snapshot
         assert metadata is not None
@@ -222,9 +270,11 @@ class _Step:
         snapshot: deltalog.Snapshot,
         bound: BoundFilter | None = None,
         bucket: str | None = None,
+        published: str | None = None,
     ) -> None:
         self.files = files
         self.bucket = bucket
+        self.published = published
         self.bound = bound
         self.prev = previous_metadata
         self.previous = previous
@@ -422,6 +472,9 @@ class _Step:
 
     def _generated(self, path: Path) -> str:
         """The location of a generated file."""
+        if self.published is not None:
+            relative = path.relative_to(self.files.table_root.parent).as_posix()
+            return f"{self.published}/{relative}"
         if self.bucket is None:
             return str(path)
         relative = path.relative_to(self.files.table_root).as_posix()
@@ -429,6 +482,10 @@ class _Step:
 
     def _cache_path(self, location: str) -> Path:
         """The cache file a generated location names (the inverse of `_generated`)."""
+        if self.published is not None:
+            prefix = f"{self.published}/"
+            assert location.startswith(prefix), location
+            return self.files.table_root.parent / location[len(prefix) :]
         if self.bucket is None:
             return Path(location)
         prefix = f"s3://{self.bucket}/{GENERATED_PREFIX}"

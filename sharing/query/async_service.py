@@ -137,7 +137,7 @@ def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
         # another slice (the recipient's properties changed) is another query.
         raise InvalidParameter(
             "The query was submitted for another slice of the table (the recipient's "
-            "properties changed). Please restart the query."
+            "properties or the table's partition filter changed). Please restart the query."
         )
     fields = dict(data["request"])
     fields["predicate_hints"] = tuple(fields["predicate_hints"])

@@ -186,7 +186,7 @@ def _check_holder(payload: Mapping[str, object], shared: SharedTable, kind: str)
     if payload.get("f", "") != shared.slice_key:
         raise InvalidParameter(
             f"The {kind} token was issued for another slice of the table (the recipient's "
-            "properties changed). Please restart the query."
+            "properties or the table's partition filter changed). Please restart the query."
         )
 
 

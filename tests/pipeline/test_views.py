@@ -18,7 +18,7 @@ import requests
 from deltalake import DeltaTable as DeltaRsTable
 from deltalake import write_deltalake
 
-from pipeline.views import ViewSpec, granted_recipients, refresh_view, view_specs, view_status
+from pipeline.views import ViewSpec, granted_recipients, refresh_view, view_specs, view_targets
 from sharing.config import ServerConfig, load_config
 from tests.support.server import RunningServer, run_server
 
@@ -112,7 +112,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerConf
 
 def _spec(config: ServerConfig, name: str) -> ViewSpec:
     (spec,) = [
-        s for s in view_specs(config, config.shares, granted_recipients(config)) if s.name == name
+        s
+        for s in view_specs(config, config.shares, granted_recipients(config, None))
+        if s.name == name
     ]
     return spec
 
@@ -226,10 +228,17 @@ def test_time_travel_on_the_materialization_and_no_history(
         changes = requests.get(f"{table}/changes?startingVersion=0", headers=headers)
         assert changes.status_code == 400
         assert "without history" in changes.json()["message"]
-    (status,) = [
-        r for r in view_status(_spec(config, "sales.eu.masked")) if r["tuple"]["country"] == "FR"
+    # The refresher's target for alice's tuple: nothing to do, holding the sources' versions.
+    (target,) = [
+        t
+        for t in view_targets(config, None)
+        if t.name == "sales.eu.masked" and t.values.as_dict["country"] == "FR"
     ]
-    assert status["version"] == 1 and status["lag_versions"] == 0
+    outcome = target.refresh(delta_spark, full=False)
+    assert outcome.mode == "unchanged" and not outcome.committed
+    assert outcome.materialized_version == 1
+    assert outcome.materialized_sources == target.latest_source_versions()
+    assert outcome.materialized_sources == {"sales.eu.orders": 1}
 
 
 def test_a_tuple_not_materialized_is_a_404_naming_the_view_with_retry_after(
