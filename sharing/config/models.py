@@ -131,7 +131,10 @@ class TableConfig(Section):
     kind: ClassVar[str] = "table"
 
     name: Annotated[Name, Required("'name' in a table must be provided")]
-    location: Text = ""  # the Delta table; or `view` instead
+    # The Delta table; or `view` instead.
+    location: Annotated[Text, Required("'location' in a table must be provided", unless="view")] = (
+        ""
+    )
     # A shared view: Spark SQL over configured tables (share.schema.table) or
     # delta.`<uri>`, with current_recipient('key'); materialized per tuple of property
     # values under `views.location` (sharing.views, `lakeshare views refresh`).
@@ -160,7 +163,7 @@ class TableConfig(Section):
     @model_validator(mode="after")
     def _location_or_view(self) -> Self:
         if self.view is None:
-            if not self.location:
+            if not self.location:  # e.g. an empty `view:`
                 raise Problem("'location' in a table must be provided", named=False)
             return self
         if self.location:
