@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import socket
 import ssl as stdlib_ssl
 import sys
@@ -130,11 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _views(args: argparse.Namespace) -> int:
-    """Hand off to the pipeline in its own process: the server's code never imports
-    PySpark or the pipeline."""
-    import subprocess
-
-    return subprocess.call([sys.executable, "-m", "pipeline", *args.arguments])
+    """Hand off to the pipeline by replacing this process (the server's code never imports
+    PySpark or the pipeline): signals (SIGTERM from a container runtime, Ctrl-C) then reach
+    the refresher itself, which stops cleanly, and its exit status is the command's."""
+    command = [sys.executable, "-m", "pipeline", *args.arguments]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
+    return 0  # not reached: execv replaces the process or raises
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,6 +48,7 @@ from sharing.recipients.names import Properties
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.s3.access import KeyChecker
+from sharing.s3.objects import TableObjects
 from sharing.shares.admin import ShareAdmin
 from sharing.shares.live import LiveCatalog, RemovedListener
 from sharing.shares.repository import ShareRepository
@@ -121,6 +122,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     metrics = Metrics(config) if config.metrics.enabled else None
     if metrics is not None and app.state.recipients.writer is not None:
         app.state.recipients.writer.on_dropped = metrics.audit_records_dropped
+    if metrics is not None and store is not None:
+        # What `lakeshare views refresh` records (another process) as lakeshare_view_*.
+        metrics.watch_refreshes(store, config.store.cache_seconds)
     app.state.tables = TableService(
         config,
         stats_warmer=StatsWarmer(),
@@ -140,12 +144,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.file_server = FileServer(
         app.state.catalog,
         config.signing_secret,
+        config.views.location,
         properties_of=_properties_of(app.state.recipients.directory),
-        views_location=config.views.location,
     )
     app.state.s3_keys = KeyChecker(
         config.signing_secret, app.state.recipients.directory, app.state.catalog
     )
+    app.state.s3_objects = TableObjects(app.state.iceberg_metadata)
     recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
         config,

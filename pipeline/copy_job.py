@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -160,7 +159,7 @@ class CopyJobReader(DataSourceReader):
             pq.write_table(data, full, filesystem=fs, compression="snappy")
             size = fs.get_file_info(full).size
             yield (
-                quote(relative, safe="/="),
+                relative,  # as on storage: delta-rs percent-encodes it in the log
                 int(size),
                 json.dumps(values),
                 file_stats(data),

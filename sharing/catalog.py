@@ -16,6 +16,7 @@ from typing import Any
 
 from sharing.config import SchemaConfig, ServerConfig, ShareConfig, TableConfig
 from sharing.errors import InvalidParameter, ResourceNotFound
+from sharing.s3.scope import ACCESS_MODES, directory_location
 from sharing.slices import BoundFilter, Viewer, bind, parse_partition_filter
 from sharing.tokens import TokenCodec, TokenError
 
@@ -44,6 +45,15 @@ class SharedTable:
     # A shared view (sharing.views): the id of the tuple of property values whose
     # materialization `config.location` names.
     view_tuple: str = ""
+    # Set on the compatible copy of a table (TableService.copy_of): the table it copies.
+    # `config` is then the source's with the copy's location; everything a recipient sees
+    # (names, id, history, slice) stays the source's.
+    source: SharedTable | None = None
+
+    @property
+    def from_copy(self) -> bool:
+        """Whether this is a table's compatible copy (served for the parquet format)."""
+        return self.source is not None
 
     @property
     def slice_key(self) -> str:
@@ -66,7 +76,7 @@ class SharedTable:
 class Page:
     """One page of a list API: its items and the token for the next page (None when last)."""
 
-    items: tuple[dict[str, str], ...]
+    items: tuple[dict[str, Any], ...]
     next_page_token: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -79,8 +89,19 @@ class Page:
         return body
 
 
-def _table_item(name: str, schema: str, share: str, table_id: str) -> dict[str, str]:
-    return {"name": name, "schema": schema, "share": share, "id": table_id}
+def _table_item(
+    share: ShareConfig, schema: SchemaConfig, table: TableConfig, share_as: str, schema_as: str
+) -> dict[str, Any]:
+    """A listed table; `share_as`/`schema_as` echo the names as the request spelled them.
+    A table with directory access (sharing.s3.scope) gets its `location` and
+    `accessModes`, in the protocol's field order; others have neither."""
+    item: dict[str, Any] = {"name": table.name, "schema": schema_as, "share": share_as}
+    location = directory_location(share.name, schema.name, table)
+    if location is not None:
+        item["location"] = location
+        item["accessModes"] = list(ACCESS_MODES)
+    item["id"] = table.id
+    return item
 
 
 _MAX_VIEWS = 1024
@@ -265,7 +286,10 @@ class Catalog:
     ) -> Page:
         share_config = self.get_share(share)
         schema_config = self.get_schema(share, schema)
-        items = [_table_item(table.name, schema, share, table.id) for table in schema_config.tables]
+        items = [
+            _table_item(share_config, schema_config, table, share, schema)
+            for table in schema_config.tables
+        ]
         return self._page(
             "tables", share_config.name, schema_config.name, items, max_results, page_token
         )
@@ -275,7 +299,7 @@ class Catalog:
     ) -> Page:
         share_config = self.get_share(share)
         items = [
-            _table_item(table.name, schema.name, share, table.id)
+            _table_item(share_config, schema, table, share, schema.name)
             for schema in share_config.schemas
             for table in schema.tables
         ]
@@ -286,7 +310,7 @@ class Catalog:
         api: str,
         share: str,
         schema: str,
-        items: list[dict[str, str]],
+        items: list[dict[str, Any]],
         max_results: int | None,
         page_token: str | None,
     ) -> Page:

@@ -17,6 +17,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.audit import attribute_to, refused
 from sharing.errors import Forbidden
+from sharing.presign.local import COPY_PARAMETER
 from sharing.presign.local_verify import FileServer, OpenedFile, url_holder
 from sharing.recipients.refusals import refusal_of
 
@@ -37,16 +38,19 @@ def _file_server(request: Request) -> FileServer:
 async def serve_file(request: Request, share: str, schema: str, table: str, path: str) -> Response:
     params = request.query_params
     holder = url_holder(params.get("rcp"), params.get("cid"))
+    server = _file_server(request)
     try:
         found = await run_in_threadpool(
-            _file_server(request).open,
-            share,
-            schema,
-            table,
-            path,
-            params.get("exp"),
-            params.get("sig"),
-            holder,
+            lambda: server.open(
+                share,
+                schema,
+                table,
+                path,
+                params.get("exp"),
+                params.get("sig"),
+                holder,
+                copy=params.get(COPY_PARAMETER) == "1",
+            )
         )
     except Forbidden as exc:  # audited: the holder as verified or as only claimed
         refused(request, refusal_of(exc))

@@ -31,6 +31,7 @@ from sharing.iceberg.catalog import (
 )
 from sharing.iceberg.generator import IcebergMetadata
 from sharing.recipients.model import Principal
+from sharing.s3.scope import iceberg_scope
 from sharing.s3.vending import endpoint_url, vend_local
 
 __all__ = ["OAUTH_PATH", "PATH", "routes"]
@@ -92,7 +93,8 @@ async def list_tables(request: Request) -> Response:
 
 def _key_vending(request: Request) -> KeyVending:
     """Keys of the server's S3 endpoint for the request's recipient (the same vending as
-    `temporary-table-credentials` for local tables), so a client on another machine reads
+    `temporary-table-credentials` for local tables, limited to the files the recipient's
+    metadata names where the folder holds more), so a client on another machine reads
     local tables without `file://`."""
     config: ServerConfig = request.app.state.config
     principal: Principal = request.state.principal
@@ -107,6 +109,7 @@ def _key_vending(request: Request) -> KeyVending:
             requested=None,
             validity_seconds=config.temporary_credential_validity_seconds,
             endpoint=endpoint,
+            key_scope=iceberg_scope(shared),
         )
 
     return vend

@@ -89,7 +89,7 @@ def read_only(method: str) -> IcebergError:
 
 KeyVending = Callable[[SharedTable], TemporaryCredentials]
 """Vends a key of the server's S3 endpoint for a local table (sharing.s3.vending), to the
-recipient the catalog is seen by."""
+recipient the catalog is seen by, opening what its metadata names (sharing.s3.scope)."""
 
 
 def _s3_config(credentials: TemporaryCredentials) -> dict[str, str]:
@@ -203,11 +203,9 @@ class ShareCatalog:
             ) from None
 
     def _served_by_endpoint(self, shared: SharedTable) -> bool:
-        """Whether the S3 endpoint serves the table's files (sharing.s3.access): a local
-        table, whole (a partition filter would be bypassed by reading the folder), with
-        its history shared (the folder holds every version)."""
-        if shared.partition_filter is not None or not shared.config.history_shared:
-            return False
+        """Whether the S3 endpoint serves the table's files: every local table (a key for
+        a recipient's slice, history range or start version opens only the files its
+        metadata names: sharing.s3.scope)."""
         storage = self.metadata.tables.delta_table(shared).storage
         return storage.kind is StorageKind.LOCAL
 
@@ -215,7 +213,7 @@ class ShareCatalog:
         self,
         namespace: str,
         table: str,
-        vend: KeyVending | None = None,
+        vend: KeyVending,
         snapshots: str | None = None,
         if_none_match: str | None = None,
         vend_cloud: CloudVending | None = None,
@@ -224,21 +222,21 @@ class ShareCatalog:
         when `if_none_match` names that ETag (the spec's 304). `snapshots` is the spec's
         query parameter: `all` (the default) keeps every snapshot of the shared history in
         the inline metadata, `refs` only those a branch or tag names (the current one);
-        the snapshot log stays whole. With `vend`, a local table the S3 endpoint serves is
-        named on its bucket there, with a vended key in `config` and
-        `storage-credentials`; otherwise locations are the server's own (`file://` for
-        local tables: readable on this machine only). With `vend_cloud`, a cloud table
+        the snapshot log stays whole. A local table is named on its bucket of the server's
+        S3 endpoint, with a key from `vend` in `config` and `storage-credentials` (never
+        `file://`: a client elsewhere could not read it). With `vend_cloud`, a cloud table
         whose cloud has a metadata location (`iceberg.metadataLocation`) has its generated
         metadata there and credentials reaching the table and that metadata only (see
-        `_load_cloud_table`). Blocking (reads the Delta log, may write the generated
-        files and copy them to the cloud)."""
+        `_load_cloud_table`); other cloud tables are named by their own locations.
+        Blocking (reads the Delta log, may write the generated files and copy them to the
+        cloud)."""
         mode = _snapshot_mode(snapshots)
         shared = self._table(namespace, table)
         try:
             published = self._published(shared) if vend_cloud is not None else None
             if published is not None and vend_cloud is not None:
                 return self._load_cloud_table(shared, published, mode, if_none_match, vend_cloud)
-            if vend is not None and self._served_by_endpoint(shared):
+            if self._served_by_endpoint(shared):
                 credentials = vend(shared)
                 bucket = credentials.location.removeprefix("s3://").rstrip("/")
                 generated = self.metadata.generate(shared, bucket=bucket)

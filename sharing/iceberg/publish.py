@@ -18,6 +18,7 @@ table's own storage credentials, which must be allowed to write there.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from sharing.iceberg.files import METADATA_SUFFIX, TableFiles, write_once
 __all__ = ["PublishFailed", "publish_version", "same_cloud"]
 
 _RECORD = ".published"
+log = logging.getLogger(__name__)
 
 
 class PublishFailed(SharingError):
@@ -110,6 +112,14 @@ def _put(storage: Storage, target: CloudLocation, relative: str, data: bytes) ->
     except SharingError:
         raise
     except Exception as exc:  # the cloud SDKs' own error types; the cause goes to the log
+        log.error(
+            "generated Iceberg metadata not copied to %s (%s): %s",
+            f"{target.kind.value}://{target.bucket}/{key}",
+            type(exc).__name__,
+            getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+            if isinstance(getattr(exc, "response", None), dict)
+            else "",
+        )
         raise PublishFailed(
             "The table's Iceberg metadata could not be written to its metadata location; "
             "the provider has been notified."

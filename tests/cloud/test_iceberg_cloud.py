@@ -239,3 +239,33 @@ def test_duckdb_reads_an_s3_table_with_vended_credentials(server: RunningServer)
         expected = _expected(name)
         columns = expected.column_names
         assert _sorted_rows(actual, columns) == _sorted_rows(expected, columns)
+
+
+def test_an_unwritable_metadata_location_is_a_503_not_a_500(uploaded: str, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    table = {
+        "name": "basic",
+        "location": f"s3a://{BUCKET}/warehouse/basic",
+        "historyShared": True,
+        "storage": _storage(uploaded),
+    }
+    document = {
+        "version": 1,
+        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
+        "signingSecret": TEST_SIGNING_SECRET,
+        "shares": [{"name": "sales", "schemas": [{"name": "d", "tables": [table]}]}],
+        "iceberg": {
+            "cacheDir": str(tmp_path / "cache"),
+            "metadataLocation": "s3://no-such-bucket/lakeshare-iceberg",
+        },
+    }
+    client = TestClient(create_app(parse_config(document, environ={})))
+    answer = client.get(
+        "/delta-sharing/iceberg/v1/shares/sales/namespaces/d/tables/basic",
+        headers={"Authorization": f"Bearer {TEST_BEARER_TOKEN}"},
+    )
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["type"] == "ServiceUnavailableException"
