@@ -53,6 +53,7 @@ from deltalog.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from deltalog.loading import observing
 from deltalog.snapshot_store import SnapshotStore
 from deltalog.storage import resolve
 from sharing.catalog import SharedTable
@@ -79,6 +80,7 @@ from sharing.errors import (
 )
 from sharing.skipping.warm import StatsWarmer
 from sharing.storage_errors import access_denied
+from sharing.views.materializations import ViewNotMaterialized
 
 __all__ = [
     "ChangeCommit",
@@ -318,6 +320,42 @@ class TableService:
             committed = history.commit_timestamp(table, version)
         return ResolvedSnapshot(snapshot, time_travel=True, commit_timestamp=committed)
 
+    def resolve_early(self, shared: SharedTable) -> ResolvedSnapshot | deltalog.SnapshotLoading:
+        """`resolve` of the latest snapshot, except when the table has none in memory yet
+        (a cold load): then the load runs on a thread of its own, and once it knows the
+        version's head (deltalog.loading) the load itself is returned, so the caller can
+        go through the files as they are read. A load that finds the snapshot without
+        reading a checkpoint (a store file, a concurrent request's load, a log without
+        a checkpoint) announces no head: its snapshot is returned when it is done. Either
+        way the load ends in `latest`'s bookkeeping, so the next request finds it. A
+        compatible copy is resolved as always (its versions are told as the source's)."""
+        if shared.source is not None:
+            return self.resolve(shared, version=None, timestamp=None)
+        table = self.delta_table(shared)
+        with self._lock:
+            cached = self._latest.get(_cache_key(shared))
+        if table.has_latest or (self._stale_ok and cached is not None):
+            return self.resolve(shared, version=None, timestamp=None)
+        loading = deltalog.SnapshotLoading()
+
+        def load() -> None:
+            try:
+                with observing(loading):
+                    snapshot = self.latest(shared)
+            except BaseException as exc:  # handed to the request, raised there
+                loading.fail(exc)
+            else:
+                loading.finish(snapshot)
+
+        threading.Thread(target=load, name="snapshot-load", daemon=True).start()
+        head = loading.wait_head()
+        if head is None:
+            snapshot = loading.result()
+            self._check_start_version(shared, snapshot.version)
+            return ResolvedSnapshot(snapshot, time_travel=False)
+        self._check_start_version(shared, head.version)
+        return loading
+
     def resolve_fresh(self, shared: SharedTable) -> ResolvedSnapshot | None:
         """`resolve` of the latest snapshot when `fresh_latest` has it, else None."""
         snapshot = self.fresh_latest(shared)
@@ -509,7 +547,9 @@ class TableService:
         except SharingError:
             raise
         except TableNotFoundError as exc:
-            if shared.source is not None:
+            if shared.is_view:
+                raise ViewNotMaterialized(shared.full_name, self._retry_after) from exc
+            elif shared.source is not None:
                 raise CopyNotMaterialized(shared.full_name, self._retry_after) from exc
             log.warning(
                 "shared table %s: no Delta table at %s (%s)",

@@ -16,13 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from deltalog import Snapshot
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.copies import serves_copy
 from sharing.errors import UnsupportedOperation
 from sharing.presign import TableRef, UrlHolder, signer_factory
-from sharing.presign.base import Signer, signs_in_memory
+from sharing.presign.base import Signer, TableFiles, signs_in_memory
 from sharing.presign.timing import SigningObserver, timed_signers
 from sharing.query.capabilities import PARQUET, Capabilities, choose_format
 from sharing.query.changes import plan_changes
@@ -76,7 +75,7 @@ class Planner:
 
     def signers(
         self, shared: SharedTable, base_url: str, holder: UrlHolder
-    ) -> Callable[[Snapshot], Signer]:
+    ) -> Callable[[TableFiles], Signer]:
         """The URL signer of a table's snapshots; `base_url` is the request's own base
         URL, used when no `publicUrl` is configured; `holder` is who the URLs are for."""
         config = self._config

@@ -23,9 +23,10 @@ from sharing.formats import FileContext
 from sharing.formats.ids import with_file_ids
 from sharing.formats.templates import LineTemplates, line_templates
 from sharing.formats.writers import writer_for
-from sharing.presign.base import Signer
+from sharing.presign.base import Signer, TableFiles
 from sharing.query import capabilities
 from sharing.query.capabilities import Capabilities
+from sharing.query.early import plan_early, streams_early, worth_streaming
 from sharing.query.kinds import PinnedVersion
 from sharing.query.plan import (
     FileSection,
@@ -59,16 +60,32 @@ def plan_query(
     tables: TableService,
     tokens: QueryTokens,
     page_size_limit: int,
-    signer_for: Callable[[Snapshot], Signer],
+    signer_for: Callable[[TableFiles], Signer],
     hints: HintSettings = HintSettings(),
     selections: SelectionCache | None = None,
 ) -> QueryPlan:
     """Resolve, check and select everything for one snapshot query (or one page of it).
     With `selections`, a small response's selection is kept there for the next request
-    with the same table version and options (see sharing.query.small)."""
+    with the same table version and options (see sharing.query.small). A query that
+    finds its table cold streams while the snapshot loads (sharing.query.early)."""
     shared, request = inputs.shared, inputs.request
     pinned = _pinned(inputs, tokens)
-    if pinned is not None:
+    if pinned is None and streams_early(inputs):
+        found = tables.resolve_early(shared)
+        if isinstance(found, ResolvedSnapshot):
+            resolved = found
+        elif not worth_streaming(found):
+            resolved = ResolvedSnapshot(found.result(), False)
+        else:
+            return plan_early(
+                inputs,
+                found,
+                tokens=tokens,
+                signer_for=signer_for,
+                evaluate_json=hints.evaluate_json,
+                evaluate_sql=hints.evaluate_sql,
+            )
+    elif pinned is not None:
         resolved = tables.pinned(shared, pinned.version, pinned.time_travel)
     else:
         resolved = tables.resolve(shared, version=request.version, timestamp=request.timestamp)
