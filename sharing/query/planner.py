@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+from deltalog import Snapshot
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.copies import serves_copy
