@@ -3,11 +3,9 @@ authentication, error handlers and middleware. No protocol logic lives here."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import Depends, FastAPI
 from starlette.responses import RedirectResponse
@@ -39,20 +37,24 @@ from app.routes.admin import build_admin_app
 from app.routing import ProtocolApp, authenticated_routes, redact_path_in_logs, signed_routes
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
+from sharing.iceberg.files import cache_directory
 from sharing.iceberg.generator import IcebergMetadata
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
 from sharing.recipients.audit import RefusalBudget
+from sharing.recipients.directory import RecipientDirectory
+from sharing.recipients.names import Properties
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.s3.access import KeyChecker
+from sharing.s3.objects import TableObjects
 from sharing.shares.admin import ShareAdmin
 from sharing.shares.live import LiveCatalog, RemovedListener
 from sharing.shares.repository import ShareRepository
 from sharing.skipping.warm import StatsWarmer
 from sharing.store.async_queries import StoreQueryStore
-from sharing.tables import SNAPSHOT_CACHE_OFF, TableService, snapshot_store_for
+from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
@@ -77,15 +79,6 @@ def _forget_removed(tables: TableService, planner: Planner) -> RemovedListener:
             planner.selections.forget(shared.full_name)
 
     return forget
-
-
-def _iceberg_directory(config: ServerConfig) -> Path:
-    """Where generated Iceberg metadata goes: beside the snapshot store when there is one
-    (shared by the workers), otherwise the system's temporary folder."""
-    directory = config.snapshot_cache_dir
-    if directory is not None and directory.lower() != SNAPSHOT_CACHE_OFF:
-        return Path(directory) / "iceberg"
-    return Path(tempfile.gettempdir()) / "lakeshare-iceberg"
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -119,6 +112,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     metrics = Metrics(config) if config.metrics.enabled else None
     if metrics is not None and app.state.recipients.writer is not None:
         app.state.recipients.writer.on_dropped = metrics.audit_records_dropped
+    if metrics is not None and store is not None:
+        # What `lakeshare views refresh` records (another process) as lakeshare_view_*.
+        metrics.watch_refreshes(store, config.store.cache_seconds)
     app.state.tables = TableService(
         config,
         stats_warmer=StatsWarmer(),
@@ -126,17 +122,25 @@ def create_app(config: ServerConfig) -> FastAPI:
         snapshot_store=snapshot_store_for(config),
     )
     # Iceberg metadata generated for the catalog routes (app.routes.iceberg).
-    app.state.iceberg_metadata = IcebergMetadata(_iceberg_directory(config), app.state.tables)
+    app.state.iceberg_metadata = IcebergMetadata(
+        cache_directory(config), app.state.tables, config.iceberg.metadata_location
+    )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
     if metrics is not None:
         metrics.catalog_changed(app.state.catalog.current().shares)
         app.state.catalog.on_change(lambda catalog: metrics.catalog_changed(catalog.shares))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
-    app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    app.state.file_server = FileServer(
+        app.state.catalog,
+        config.signing_secret,
+        config.views.location,
+        properties_of=_properties_of(app.state.recipients.directory),
+    )
     app.state.s3_keys = KeyChecker(
         config.signing_secret, app.state.recipients.directory, app.state.catalog
     )
+    app.state.s3_objects = TableObjects(app.state.iceberg_metadata)
     recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
         config,
@@ -235,3 +239,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             header=config.forwarded_header,
         )
     return app
+
+
+def _properties_of(directory: RecipientDirectory) -> Callable[[str], Properties]:
+    """A recipient's current properties (none for one no longer known): a view's files
+    are those of the tuple they give now (sharing.presign.local_verify)."""
+
+    def properties(name: str) -> Properties:
+        recipient = directory.recipient(name)
+        return recipient.properties if recipient is not None else ()
+
+    return properties

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,13 @@ def upload_log(endpoint: str, table: Path) -> None:
         client.upload_file(str(path), BUCKET, f"{PREFIX}/_delta_log/{path.name}")
 
 
-def write_config(path: Path, endpoint: str, local_table: Path, snapshot_cache: bool) -> None:
+def write_config(
+    path: Path,
+    endpoint: str,
+    local_table: Path,
+    snapshot_cache: bool,
+    cache_dir: Path | None = None,
+) -> None:
     tables = [
         {
             "name": "s3",
@@ -97,6 +104,8 @@ def write_config(path: Path, endpoint: str, local_table: Path, snapshot_cache: b
     }
     if not snapshot_cache:
         config["snapshotCacheDir"] = "off"  # snapshots loaded in memory: statistics packed
+    elif cache_dir is not None:
+        config["snapshotCacheDir"] = str(cache_dir)
     path.write_text(json.dumps(config))  # JSON is YAML
 
 
@@ -144,6 +153,56 @@ def timed_query(client: httpx.Client, base: str, table: str, fmt: str) -> tuple[
     return first or total, total, lines
 
 
+def cold_queries(
+    workdir: Path, endpoint: str, table: Path, snapshot_cache: bool, runs: int
+) -> dict[tuple[str, str], list[tuple[float, float, int]]]:
+    """Each (table, format) `runs` times on a server of its own that has never loaded the
+    table: a fresh process and an empty snapshot cache, so the first line waits for the
+    log to be listed and the checkpoint to be opened, and the response streams while the
+    checkpoint is read (sharing.query.early)."""
+    results: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
+    for run in range(runs):
+        for name in ("s3", "local"):
+            for fmt in ("parquet", "delta"):
+                config = workdir / f"cold-{run}-{name}-{fmt}.yaml"
+                cache = workdir / f"cold-cache-{run}-{name}-{fmt}"
+                write_config(config, endpoint, table, snapshot_cache, cache_dir=cache)
+                base, server = start_server(config, workdir)
+                try:
+                    with httpx.Client(timeout=300) as client:
+                        result = timed_query(client, base, name, fmt)
+                finally:
+                    stop(server, signal.SIGINT)
+                    shutil.rmtree(cache, ignore_errors=True)
+                results.setdefault((name, fmt), []).append(result)
+    return results
+
+
+def print_cold(results: dict[tuple[str, str], list[tuple[float, float, int]]]) -> None:
+    """Median cold first line and total per (table, format), against the issue's goal."""
+    print("\ncold (fresh server and snapshot cache per query), median of runs:")
+    print(
+        f"{'table':<6} {'format':<8} {'first line':>11} {'total':>8} {'lines':>9}"
+        "  each run's first line (ms)"
+    )
+    verdicts = []
+    for (name, fmt), runs in results.items():
+        first = statistics.median(r[0] for r in runs)
+        total = statistics.median(r[1] for r in runs)
+        each = ", ".join(f"{r[0] * 1000:.0f}" for r in runs)
+        print(f"{name:<6} {fmt:<8} {first * 1000:>9.0f}ms {total:>7.2f}s {runs[0][2]:>9,}  {each}")
+        goal = 2.0 if name == "s3" else 1.0
+        verdicts.append((name, fmt, first, goal))
+    for name, fmt, first, goal in verdicts:
+        met = "met" if first < goal else "NOT met"
+        print(f"goal: cold first line of {name} {fmt} under {goal:.0f} s: {met} ({first:.2f} s)")
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} cores)"
+
+
 def boto3_presign_seconds(files: int) -> float:
     """botocore's generate_presigned_url for `files` keys (timed on a share)."""
     client = boto3.client(
@@ -173,6 +232,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
+        "--cold-runs",
+        type=int,
+        default=3,
+        help="cold queries per table and format, each on a fresh server (0: none)",
+    )
+    parser.add_argument(
         "--no-snapshot-cache",
         action="store_true",
         help="serve snapshots loaded in memory (statistics packed) instead of the server's "
@@ -190,6 +255,13 @@ def main() -> None:
         endpoint, moto = start_moto(workdir)
         processes.append(moto)
         upload_log(endpoint, table)
+        print(load_average())
+        if args.cold_runs:
+            cold = cold_queries(
+                workdir, endpoint, table, not args.no_snapshot_cache, args.cold_runs
+            )
+            print_cold(cold)
+            print(load_average())
         config = workdir / "config.yaml"
         write_config(config, endpoint, table, snapshot_cache=not args.no_snapshot_cache)
         base, server = start_server(config, workdir)

@@ -18,6 +18,7 @@ from starlette.responses import Response, StreamingResponse
 from app.audit import attribute_to, refused
 from app.routing import RouteSpec
 from sharing.errors import Forbidden, SharingError
+from sharing.presign.local import COPY_PARAMETER
 from sharing.presign.local_verify import FileServer, OpenedFile, url_holder
 from sharing.recipients.refusals import refusal_of
 
@@ -41,12 +42,13 @@ async def serve_file(request: Request) -> Response:
     server = _file_server(request)
     range_header = request.headers.get("range")
     head = request.method == "HEAD"
+    copy = params.get(COPY_PARAMETER) == "1"
 
     def open_file() -> OpenedFile | SharingError:
         """Verified and opened in one trip to the thread pool (a trip costs about as much
         CPU as the rest of a small file's request)."""
         found = server.open(
-            share, schema, table, path, params.get("exp"), params.get("sig"), holder
+            share, schema, table, path, params.get("exp"), params.get("sig"), holder, copy=copy
         )
         try:
             return OpenedFile(found, range_header, head=head)

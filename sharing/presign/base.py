@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from deltalog.storage.base import Storage
+
 # The reference server's message for a key outside the table root (an absolute log path).
 ABSOLUTE_PATHS = "Table contains absolute paths and cannot be shared through delta sharing"
 
@@ -24,6 +26,17 @@ class SignedUrls:
 
 
 @runtime_checkable
+class TableFiles(Protocol):
+    """Where a table's files are, as a signer needs it: a snapshot, or one still loading
+    (deltalog.SnapshotHead)."""
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def table_root(self) -> str: ...
+
+
 class Signer(Protocol):
     """Signs storage keys of one table.
 

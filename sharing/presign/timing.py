@@ -7,8 +7,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from deltalog import Snapshot
-from sharing.presign.base import SignedUrls, Signer, parallel_batches, signs_in_memory
+from sharing.presign.base import (
+    SignedUrls,
+    Signer,
+    TableFiles,
+    parallel_batches,
+    signs_in_memory,
+)
 
 __all__ = ["SigningObserver", "TimedSigner", "timed_signers"]
 
@@ -45,8 +50,8 @@ class TimedSigner:
 
 
 def timed_signers(
-    signers: Callable[[Snapshot], Signer], observer: SigningObserver | None
-) -> Callable[[Snapshot], Signer]:
+    signers: Callable[[TableFiles], Signer], observer: SigningObserver | None
+) -> Callable[[TableFiles], Signer]:
     """`signers` (a snapshot's signer factory) with every signer timed; as is without an
     observer."""
     if observer is None:
