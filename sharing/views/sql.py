@@ -119,9 +119,11 @@ class ViewQuery:
             return node
 
         tree = self.tree.copy().transform(rewrite)
-        if carry is not None and isinstance(tree, exp.Select):
-            if not any(isinstance(c, exp.Star) for c in tree.expressions):
-                tree = tree.select(exp.column(carry, quoted=True), copy=False)
+        carried = isinstance(tree, exp.Select) and any(
+            isinstance(c, exp.Star) for c in tree.expressions
+        )
+        if carry is not None and isinstance(tree, exp.Select) and not carried:
+            tree = tree.select(exp.column(carry, quoted=True), copy=False)
         sql = tree.sql(dialect="spark")
         return sql, {marker: key for key, marker in parameters.items()}
 
