@@ -61,7 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         targets = refresh_targets(config, store)
         if args.view and not any(t.name.lower() == args.view.lower() for t in targets):
-            print(f"lakeshare views: no compatible copy named {args.view}", file=sys.stderr)
+            print(
+                f"lakeshare views: no view or compatible copy named {args.view}",
+                file=sys.stderr,
+            )
             return 2
         if args.command == "status":
             return _status(config, store, targets, args.view, args.format)
@@ -69,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if store is not None:
             store.close()
     if not targets:
-        print("lakeshare views: nothing to refresh (no table has compatibleCopy: true)")
+        print("lakeshare views: nothing to refresh (no view, no table with compatibleCopy: true)")
         if not args.watch:
             return 0
     return _refresh(args.config, config, only=args.view, full=args.full, watch=args.watch)
@@ -149,7 +152,7 @@ def _status(
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
     if not rows:
-        print("nothing to refresh (no table has compatibleCopy: true)")
+        print("nothing to refresh (no view, no table with compatibleCopy: true)")
     for row in rows:
         print(_status_line(row))
     return 0

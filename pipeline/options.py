@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from deltalog.file_groups import DEFAULT_MAX_GROUP_BYTES, DEFAULT_OPEN_COST
 from deltalog.timestamps import parse_timestamp
 
+COMMIT_INFO = "commitInfo"
+"""A JSON object of string values added to the written commit's commitInfo (writes only;
+one option, as Spark may change the case of option names)."""
 STORAGE_PREFIX = "storage."
 """Options under this prefix are the table's storage options (as in the server's
 configuration: `storage.aws_region`, `storage.azure_storage_account_name`...)."""
@@ -29,6 +33,7 @@ class DeltaOptions:
     app_id: str | None = None
     app_version: int | None = None
     partition_by: tuple[str, ...] = ()
+    commit_info: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaOptions:
@@ -67,6 +72,7 @@ class DeltaOptions:
             app_id=app_id,
             app_version=app_version,
             partition_by=partition_by,
+            commit_info=_commit_info(lowered.get(COMMIT_INFO.lower())),
         )
 
 
@@ -81,3 +87,15 @@ def _int(options: Mapping[str, str], key: str) -> int | None:
     if value < 0:
         raise OptionError(f"option {key!r} must not be negative, got {value}")
     return value
+
+
+def _commit_info(text: str | None) -> dict[str, str]:
+    if text is None:
+        return {}
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not all(isinstance(v, str) for v in document.values()):
+        raise OptionError(f"option {COMMIT_INFO!r} must be a JSON object of strings")
+    return {str(k): v for k, v in document.items()}

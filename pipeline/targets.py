@@ -109,4 +109,6 @@ def copy_targets(config: ServerConfig) -> list[CopyTarget]:
 def refresh_targets(config: ServerConfig, store: Store | None) -> list[Target]:
     """Everything the refresher keeps fresh for `config`. `store` (the state store, when
     there is one) is where recipients' properties come from for per-tuple views."""
-    return [*copy_targets(config)]
+    from pipeline.views import view_targets
+
+    return [*copy_targets(config), *view_targets(config, store)]

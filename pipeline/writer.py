@@ -193,6 +193,7 @@ class DeltaWriter(DataSourceArrowWriter):
                 self.target,
                 [f.add_action() for f in written],
                 mode="overwrite" if self.overwrite else "append",
+                metadata=self.options.commit_info or None,
             )
         except BaseException:
             TableFiles(self.options.path).delete(written)

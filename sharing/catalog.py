@@ -42,6 +42,9 @@ class SharedTable:
     config: TableConfig
     recipient: str | None = None
     partition_filter: BoundFilter | None = None
+    # A shared view (sharing.views): the id of the tuple of property values whose
+    # materialization `config.location` names.
+    view_tuple: str = ""
     # Set on the compatible copy of a table (TableService.copy_of): the table it copies.
     # `config` is then the source's with the copy's location; everything a recipient sees
     # (names, id, history, slice) stays the source's.
@@ -54,8 +57,15 @@ class SharedTable:
 
     @property
     def slice_key(self) -> str:
-        """What caches and tokens key on besides the table: the bound filter ("" for none)."""
+        """What caches and tokens key on besides the table: the bound filter or the view's
+        tuple ("" for neither)."""
+        if self.view_tuple:
+            return f"view:{self.view_tuple}"
         return "" if self.partition_filter is None else self.partition_filter.key
+
+    @property
+    def is_view(self) -> bool:
+        return self.config.view is not None
 
     @property
     def full_name(self) -> str:
@@ -217,6 +227,8 @@ class Catalog:
             raise self._table_not_found(share, schema, table) from None
         wanted = table.lower()
         for candidate in schema_config.tables:
+            if candidate.view is not None and candidate.name.lower() == wanted:
+                return self._view(share_config.name, schema_config.name, candidate)
             if candidate.name.lower() == wanted:
                 return SharedTable(
                     share=share_config.name,
@@ -227,6 +239,23 @@ class Catalog:
                     partition_filter=self._bound_filter(candidate),
                 )
         raise self._table_not_found(share, schema, table)
+
+    def _view(self, share: str, schema: str, entry: TableConfig) -> SharedTable:
+        """A view as this viewer sees it: the materialization of the tuple its current
+        properties give (sharing.views.materializations)."""
+        from sharing.views.materializations import served_entry
+
+        properties = self._viewer.properties if self._viewer is not None else ()
+        name = f"{share}.{schema}.{entry.name}"
+        served, tuple_id = served_entry(entry, name, self._config.views.location, properties)
+        return SharedTable(
+            share=share,
+            schema=schema,
+            name=entry.name,
+            config=served,
+            recipient=self._viewer.recipient if self._viewer is not None else None,
+            view_tuple=tuple_id,
+        )
 
     @staticmethod
     def _table_not_found(share: str, schema: str, table: str) -> ResourceNotFound:

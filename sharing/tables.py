@@ -80,6 +80,7 @@ from sharing.errors import (
 )
 from sharing.skipping.warm import StatsWarmer
 from sharing.storage_errors import access_denied
+from sharing.views.materializations import ViewNotMaterialized
 
 __all__ = [
     "ChangeCommit",
@@ -546,7 +547,9 @@ class TableService:
         except SharingError:
             raise
         except TableNotFoundError as exc:
-            if shared.source is not None:
+            if shared.is_view:
+                raise ViewNotMaterialized(shared.full_name, self._retry_after) from exc
+            elif shared.source is not None:
                 raise CopyNotMaterialized(shared.full_name, self._retry_after) from exc
             log.warning(
                 "shared table %s: no Delta table at %s (%s)",

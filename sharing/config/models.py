@@ -113,11 +113,32 @@ def _partition_filter(value: str | None) -> str | None:
     return value
 
 
+def _view_sql(value: str | None) -> str | None:
+    """The view's SQL is checked here (one deterministic query over tables); the tables it
+    names against the configuration by the loader (sharing.views.check_view_sources)."""
+    from sharing.views.sql import ViewSqlError, parse_view
+
+    if value is None or not value.strip():
+        return None
+    try:
+        parse_view(value)
+    except ViewSqlError as exc:
+        raise Problem(f"invalid view: {exc}", named=False) from None
+    return value
+
+
 class TableConfig(Section):
     kind: ClassVar[str] = "table"
 
     name: Annotated[Name, Required("'name' in a table must be provided")]
-    location: Annotated[Text, Required("'location' in a table must be provided")]
+    # The Delta table; or `view` instead.
+    location: Annotated[Text, Required("'location' in a table must be provided", unless="view")] = (
+        ""
+    )
+    # A shared view: Spark SQL over configured tables (share.schema.table) or
+    # delta.`<uri>`, with current_recipient('key'); materialized per tuple of property
+    # values under `views.location` (sharing.views, `lakeshare views refresh`).
+    view: Annotated[OptionalText, AfterValidator(_view_sql)] = None
     id: TableId = ""  # empty: the loader sets default_table_id(share, schema, name)
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
@@ -139,10 +160,31 @@ class TableConfig(Section):
         default=(), repr=False, validate_default=True
     )
 
+    @model_validator(mode="after")
+    def _location_or_view(self) -> Self:
+        if self.view is None:
+            if not self.location:  # e.g. an empty `view:`
+                raise Problem("'location' in a table must be provided", named=False)
+            return self
+        if self.location:
+            raise Problem("a table has either 'location' or 'view', not both", named=False)
+        for key, set_ in (
+            ("partitionFilter", self.partition_filter is not None),
+            ("compatibleCopy", self.compatible_copy),
+            ("storageProfile", self.storage_profile is not None),
+        ):
+            if set_:
+                raise Problem(
+                    f"'{key}' does not apply to a view (filter rows with current_recipient "
+                    "in the view's WHERE clause; sources keep their own storage settings)",
+                    named=False,
+                )
+        return self
+
     @field_validator("storage", mode="before")
     @classmethod
     def _resolve_storage(cls, value: Any, info: ValidationInfo) -> StorageOptions:
-        if "location" not in info.data:  # already reported
+        if not info.data.get("location"):  # a view, or already reported
             return ()
         own: Mapping[str, Any] | None
         if isinstance(value, Mapping):

@@ -22,6 +22,7 @@ from sharing.catalog import SharedTable
 from sharing.credentials.base import CredentialsUnavailable, NotVendable, TemporaryCredentials
 from sharing.credentials.location import NOT_CLOUD, CloudLocation, check_location, parse_location
 from sharing.errors import Forbidden, InvalidParameter, UnsupportedOperation
+from sharing.views.materializations import refuse_view_history
 
 __all__ = ["VendingSupport", "require_history_for_credentials", "vend", "vending_support"]
 
@@ -76,6 +77,7 @@ def require_history_for_credentials(shared: SharedTable) -> None:
             "it is shared with a partition filter, which direct access to its files would "
             "bypass. Read it through the query APIs."
         )
+    refuse_view_history(shared.config, shared.full_name, "temporary table credentials")
     if not shared.config.history_shared:
         raise InvalidParameter(
             "Temporary table credentials are not supported because history sharing is not "

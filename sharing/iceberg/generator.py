@@ -292,6 +292,7 @@ class _Step:
         self.sequence = snapshot_id(self.version)
         self.storage = snapshot.storage
         self.root = snapshot.table_root
+        self._root_prefix = self.root.rstrip("/") + "/"
         meta = snapshot.metadata
         protocol = snapshot.protocol
         mode = column_mapping_mode(
@@ -479,7 +480,14 @@ class _Step:
         key = resolve_key(self.storage, self.root, path)
         if self.bucket is None:
             return location_of(self.storage, key)
-        relative = os.path.relpath(key, self.root)
+        relative = key[len(self._root_prefix) :]
+        if (
+            not key.startswith(self._root_prefix)
+            or relative.startswith(".")
+            or "/." in relative
+            or "//" in relative
+        ):
+            relative = os.path.relpath(key, self.root)  # anything unusual: normalised
         if relative.startswith(".."):  # the S3 endpoint serves only the table's folder
             raise UnsupportedOperation(
                 f"A data file outside the table's folder cannot be served: {path}"
@@ -593,7 +601,9 @@ class _Step:
         for index in range(0, len(entries), MANIFEST_ENTRIES):
             chunk = entries[index : index + MANIFEST_ENTRIES]
             path = self.files.manifest_path(self.version, "data", index // MANIFEST_ENTRIES)
-            length = self._write_manifest(path, chunk, av.MANIFEST_DATA)
+            paths = [e["data_file"]["file_path"] for e in chunk]
+            span = {PATH_SPAN_FIRST: min(paths), PATH_SPAN_LAST: max(paths)}
+            length = self._write_manifest(path, chunk, av.MANIFEST_DATA, span)
             first_ids = [e["data_file"]["first_row_id"] for e in chunk]
             out.append(self._manifest_file(path, length, av.MANIFEST_DATA, chunk, min(first_ids)))
         return out
@@ -636,7 +646,13 @@ class _Step:
         length = self._write_manifest(path, entries, av.MANIFEST_DELETES)
         return [self._manifest_file(path, length, av.MANIFEST_DELETES, entries, None)]
 
-    def _write_manifest(self, path: Path, entries: list[dict[str, Any]], content: int) -> int:
+    def _write_manifest(
+        self,
+        path: Path,
+        entries: list[dict[str, Any]],
+        content: int,
+        extra: dict[str, str] | None = None,
+    ) -> int:
         schema = av.manifest_entry_schema(
             av.partition_avro_fields(
                 [(fid, _avro_name(name), itype) for fid, name, itype, _ in self._spec_fields]
@@ -659,6 +675,7 @@ class _Step:
             "format-version": av.FORMAT_VERSION,
             "content": "data" if content == av.MANIFEST_DATA else "deletes",
         }
+        metadata.update(extra or {})
         data = av.encode(schema, entries, metadata, path.name)
         write_once(path, data)
         return len(data)
@@ -723,7 +740,11 @@ class _Step:
             if not gone:
                 out.append(manifest)
                 continue
-            content = av.AvroContent(self._cache_path(manifest["manifest_path"]).read_bytes())
+            data = self._cache_path(manifest["manifest_path"]).read_bytes()
+            if is_data and not _may_hold(av.header_metadata(data), gone):
+                out.append(manifest)  # no removed file within its paths: not decoded
+                continue
+            content = av.AvroContent(data)
             key = "file_path" if is_data else "referenced_data_file"
             if not any(
                 e["status"] != av.DELETED and e["data_file"][key] in gone for e in content.records
@@ -742,7 +763,7 @@ class _Step:
             path = self.files.manifest_path(self.version, kind, rewritten)
             rewritten += 1
             data = av.encode(content.schema, entries, content.metadata, path.name)
-            write_once(path, data)
+            write_once(path, data)  # the header (and its path span) is the original's
             out.append(
                 self._manifest_file(
                     path,
@@ -811,6 +832,21 @@ class _Step:
             "partition-statistics": [],
             "next-row-id": next_row_id,
         }
+
+
+PATH_SPAN_FIRST = "lakeshare.first-file-path"
+PATH_SPAN_LAST = "lakeshare.last-file-path"
+"""Header metadata of a data manifest: the least and greatest `file_path` it lists, so the
+next version decodes only the manifests whose span holds a removed file."""
+
+
+def _may_hold(header: dict[str, str], gone: set[str]) -> bool:
+    """Whether a data manifest with this header may list one of the `gone` paths (True
+    when it has no span: written before spans were)."""
+    first, last = header.get(PATH_SPAN_FIRST), header.get(PATH_SPAN_LAST)
+    if first is None or last is None:
+        return True
+    return any(first <= path <= last for path in gone)
 
 
 class _AddedFile(NamedTuple):

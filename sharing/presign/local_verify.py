@@ -18,7 +18,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,7 +29,9 @@ from sharing.copies import copy_location
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
+from sharing.recipients.names import Properties
 from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
+from sharing.views.materializations import served_entry
 
 log = logging.getLogger("lakeshare.files")
 
@@ -65,12 +67,20 @@ class FileServer:
     """Checks signed file URLs against the catalog and finds the file on disk."""
 
     def __init__(
-        self, catalog: TableLookup, secret: str | bytes, views_location: str | None = None
+        self,
+        catalog: TableLookup,
+        secret: str | bytes,
+        views_location: str | None = None,
+        *,
+        properties_of: Callable[[str], Properties] | None = None,
     ) -> None:
         """`catalog` is asked on every download: a table no longer served has no files.
-        Compatible copies live under `views_location` (None: none are served)."""
+        Compatible copies and views' materializations live under `views_location` (None:
+        none are served); a view's files are those of the materialization of the tuple the
+        URL holder's current properties (`properties_of`) give."""
         self._catalog = catalog
         self._master = derive_master_key(secret)
+        self._properties_of = properties_of
         self._views_location = views_location
 
     def open(
@@ -115,7 +125,13 @@ class FileServer:
                 Refusal(Reason.URL_EXPIRED, holder.recipient, holder.credential_id),
             )
         location = shared.config.location
-        if copy:
+        if shared.is_view:
+            properties = self._properties_of(holder.recipient) if self._properties_of else ()
+            view, _ = served_entry(
+                shared.config, shared.full_name, self._views_location, properties
+            )
+            location = view.location
+        elif copy:
             if not shared.config.compatible_copy or self._views_location is None:
                 raise _invalid_signature(holder)  # no longer served from a copy
             location = copy_location(self._views_location, shared.full_name)

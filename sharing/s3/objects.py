@@ -12,13 +12,26 @@ nothing about what else is on disk. Listing needs the folder.
 
 from __future__ import annotations
 
+import logging
+
 from sharing.errors import SharingError
 from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata
 from sharing.iceberg.named import NamedFiles
+from sharing.recipients.refusals import Reason, Refusal
 from sharing.s3.access import Grant, ListedObject, TableFolder
 from sharing.s3.errors import S3Error
 
 __all__ = ["TableObjects"]
+
+log = logging.getLogger(__name__)
+
+
+def _denied(grant: Grant, message: str) -> S3Error:
+    """AccessDenied for a verified key (the audit names its holder: the signature held)."""
+    error = S3Error.access_denied(message)
+    claims = grant.claims
+    error.refusal = Refusal(Reason.FORBIDDEN, claims.recipient, claims.credential_id)
+    return error
 
 
 class TableObjects:
@@ -36,8 +49,16 @@ class TableObjects:
                 named = self.named.names(grant.shared, grant.claims.bucket, key)
             except SharingError:
                 named = False
+            except (OSError, ValueError) as exc:  # the generated files unreadable
+                log.error(
+                    "S3 endpoint: the files of %s's slice could not be read: %s",
+                    grant.shared.full_name,
+                    exc,
+                    extra={"table": grant.shared.full_name},
+                )
+                raise S3Error(500, "InternalError", "The object could not be read.") from None
             if not named:
-                raise S3Error.access_denied("The key does not grant access to this object.")
+                raise _denied(grant, "The key does not grant access to this object.")
         if not key.startswith(GENERATED_PREFIX):
             return grant.folder().open(key)
         try:
@@ -51,7 +72,8 @@ class TableObjects:
         """AccessDenied unless the grant opens the table's folder (a slice's key does
         not list: the folder's names are not all its own)."""
         if not grant.whole_folder:
-            raise S3Error.access_denied(
+            raise _denied(
+                grant,
                 "A key for a slice of the table reads the files its metadata names; "
-                "it does not list the table's folder."
+                "it does not list the table's folder.",
             )

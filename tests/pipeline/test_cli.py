@@ -75,4 +75,4 @@ views:
     assert row["lag_versions"] == 0 and row["files_written"] == 15 and row["mode"] == "create"
     assert row["error"] is None and row["failing"] is False
     unknown = _lakeshare("views", "refresh", "--config", str(config), "--view", "sales.eu.plain")
-    assert unknown.returncode == 2 and "no compatible copy named" in unknown.stderr
+    assert unknown.returncode == 2 and "no view or compatible copy named" in unknown.stderr
