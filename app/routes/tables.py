@@ -62,7 +62,11 @@ async def get_version(request: Request) -> Response:
     starting_timestamp = request.query_params.get("startingTimestamp")
     if starting_timestamp is None and shared.config.compatible_copy:
         # A parquet-only client is told the version the table's compatible copy holds.
-        served = (await get_planner(request)).served(shared, await request_capabilities(request))
+        planner, caps = await get_planner(request), await request_capabilities(request)
+        served = planner.served_at_once(shared, caps)
+        if served is None:
+            await admit(request)
+            served = await run_in_threadpool(planner.served, shared, caps)
         if served is not shared:
             resolved = tables.resolve_fresh(served)
             if resolved is None:

@@ -4,9 +4,10 @@ planner runs is decided by the query's kind (sharing.query.kinds), here and nowh
 
 So is which table serves a request (`served`): snapshot and metadata requests that read
 only the parquet format on a table with `compatibleCopy: true` are planned on its copy
-(sharing.copies), before any snapshot is loaded; streaming and changes requests read the
-original (a copy keeps no change history), and when the original cannot be read as
-parquet the error says so.
+(sharing.copies), decided before any snapshot is loaded; so are those that accept parquet
+among other formats when the original's latest version could not be read in any of them.
+Streaming and changes requests read the original (a copy keeps no change history), and
+when the original cannot be read as parquet the error says so.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+from deltalog import Snapshot
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.copies import serves_copy
@@ -22,7 +24,7 @@ from sharing.errors import UnsupportedOperation
 from sharing.presign import TableRef, UrlHolder, signer_factory
 from sharing.presign.base import Signer, TableFiles, signs_in_memory
 from sharing.presign.timing import SigningObserver, timed_signers
-from sharing.query.capabilities import Capabilities
+from sharing.query.capabilities import PARQUET, Capabilities, choose_format
 from sharing.query.changes import plan_changes
 from sharing.query.kinds import QueryKind
 from sharing.query.plan import QueryPlan
@@ -90,8 +92,36 @@ class Planner:
 
     def served(self, shared: SharedTable, caps: Capabilities) -> SharedTable:
         """The table a snapshot or metadata request reads: its compatible copy when the
-        client reads only the parquet format and the table keeps one, else itself."""
-        return self.tables.copy_of(shared) if serves_copy(shared.config, caps) else shared
+        table keeps one and the client reads only the parquet format, or accepts parquet
+        among other formats but could not read the original (its latest version) in any
+        of them; else the table itself."""
+        served = self._served(shared, caps, lambda: self.tables.latest(shared))
+        assert served is not None
+        return served
+
+    def served_at_once(self, shared: SharedTable, caps: Capabilities) -> SharedTable | None:
+        """`served` when it can be decided without I/O, else None (callers on an event
+        loop then call `served` in a thread)."""
+        return self._served(shared, caps, lambda: self.tables.fresh_latest(shared))
+
+    def _served(
+        self, shared: SharedTable, caps: Capabilities, latest: Callable[[], Snapshot | None]
+    ) -> SharedTable | None:
+        if not shared.config.compatible_copy:
+            return shared
+        if not serves_copy(shared.config, caps):
+            if PARQUET not in caps.response_formats:
+                return shared
+            # parquet among other formats: the original, unless it would be refused
+            snapshot = latest()
+            if snapshot is None:
+                return None
+            try:
+                choose_format(caps, snapshot.protocol, snapshot.metadata)
+                return shared
+            except UnsupportedOperation:
+                pass
+        return self.tables.copy_of(shared)
 
     def query(self, inputs: QueryInputs, base_url: str, holder: UrlHolder) -> QueryPlan:
         """`POST .../query`: a snapshot (latest or time travel) or a streaming query."""
@@ -139,7 +169,10 @@ class Planner:
             or request.refresh_token is not None
         ):
             return None
-        inputs = self._on_served(inputs)
+        served = self.served_at_once(inputs.shared, inputs.caps)
+        if served is None:
+            return None
+        inputs = self._on_served(inputs, served)
         resolved = self.tables.resolve_fresh(inputs.shared)
         if resolved is None:
             return None
@@ -181,13 +214,14 @@ class Planner:
 
     def check_async(self, inputs: QueryInputs) -> None:
         """Refuse, before an async query is recorded, one its copy would serve: the async
-        service pins and pages the original table only."""
+        service pins and pages the original table only. May read the table's log."""
         if QueryKind.of(inputs.request) is not QueryKind.STREAMING:
             self._on_served(inputs)
 
-    def _on_served(self, inputs: QueryInputs) -> QueryInputs:
+    def _on_served(self, inputs: QueryInputs, served: SharedTable | None = None) -> QueryInputs:
         """A snapshot query's inputs on the table that serves it (`served`)."""
-        served = self.served(inputs.shared, inputs.caps)
+        if served is None:
+            served = self.served(inputs.shared, inputs.caps)
         if served is inputs.shared:
             return inputs
         if inputs.caps.async_query:

@@ -255,3 +255,26 @@ def test_an_async_query_the_copy_would_serve_is_refused_at_once(server: RunningS
     response = httpx.post(base + "/query", json={"idempotency_key": "k1"}, headers=headers)
     assert response.status_code == 400, response.text
     assert "answers synchronous queries only" in response.json()["message"]
+
+
+def test_parquet_among_other_formats_reads_the_copy_only_when_the_original_is_refused(
+    server: RunningServer,
+) -> None:
+    auth = server.auth_headers
+    base = server.url("/shares/s/schemas/d/tables/dv_mapping")
+    # delta or parquet, without the reader features the original needs: the copy
+    either = {**auth, "delta-sharing-capabilities": "responseformat=delta,parquet"}
+    for response in (
+        httpx.post(base + "/query", json={}, headers=either),
+        httpx.get(base + "/metadata", headers=either),
+        httpx.get(base + "/version", headers=either),
+    ):
+        assert response.status_code == 200, response.text
+        assert response.headers["delta-table-version"] == "14"
+    metadata = httpx.get(base + "/metadata", headers=either)
+    assert metadata.headers["delta-sharing-capabilities"] == "responseformat=parquet"
+    # with them: the original, in delta
+    able = {**auth, "delta-sharing-capabilities": f"responseformat=delta,parquet;{FEATURES}"}
+    response = httpx.post(base + "/query", json={}, headers=able)
+    assert response.headers["delta-sharing-capabilities"] == "responseformat=delta"
+    assert response.headers["delta-table-version"] == "15"

@@ -316,3 +316,27 @@ def test_the_fast_path_of_a_repeated_query_answers_from_the_copy(
     ready = planner.query_ready(delta, "http://h", HOLDER)
     assert ready is not None and ready[0].version == 5 and b"&cp=1" not in ready[1]
     assert isinstance(parquet.caps, Capabilities)
+
+
+def test_which_table_serves_a_request(tmp_path: Path, source: Path) -> None:
+    """Parquet alone: the copy, decided without reading anything; parquet among other
+    formats: the copy only when the original (its latest version) would be refused."""
+    from sharing.query.planner import Planner
+    from tests.support.corpus import corpus_table
+
+    config = make_config({"views": {"location": str(tmp_path / "views")}}, refreshWindowMs=0)
+    planner = Planner(config, TableService(config), TokenCodec(SECRET.encode()))
+    plain = _shared(source)  # reader version 1: readable as parquet
+    dv = _shared(Path(corpus_table("delta-kernel-rs/golden_data/dv-with-columnmapping/delta")))
+    either = parse("responseformat=delta,parquet")
+    for shared in (plain, dv):
+        assert planner.served_at_once(shared, parse(None)) == planner.tables.copy_of(shared)
+        assert planner.served(shared, parse("responseformat=parquet")).from_copy
+        assert planner.served(shared, parse("responseformat=delta")) is shared
+        assert planner.served_at_once(shared, either) is None  # needs the log: not at once
+    assert planner.served(plain, either) is plain
+    assert planner.served(dv, either).from_copy
+    features = parse("responseformat=delta,parquet;readerfeatures=deletionvectors,columnmapping")
+    assert planner.served(dv, features) is dv
+    without = _shared(source, compatible_copy=False)
+    assert planner.served_at_once(without, parse(None)) is without
