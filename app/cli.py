@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import socket
 import ssl as stdlib_ssl
 import sys
@@ -130,11 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _views(args: argparse.Namespace) -> int:
-    """Hand off to the pipeline in its own process: the server's code never imports
-    PySpark or the pipeline."""
-    import subprocess
-
-    return subprocess.call([sys.executable, "-m", "pipeline", *args.arguments])
+    """Hand off to the pipeline by replacing this process (the server's code never imports
+    PySpark or the pipeline): signals (SIGTERM from a container runtime, Ctrl-C) then reach
+    the refresher itself, which stops cleanly, and its exit status is the command's."""
+    command = [sys.executable, "-m", "pipeline", *args.arguments]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
+    return 0  # not reached: execv replaces the process or raises
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -177,18 +181,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     prepare_metrics_dir(config)  # before anything imports prometheus-client (app.main does)
     from app.main import create_app
-    from app.workers import default_snapshot_cache_dir, worker_count
+    from app.workers import worker_count
 
     if args.workers is not None and args.workers < 0:
         return _fail("--workers must be 0 or more", 2)
     workers = worker_count(args.workers, config.workers, demo=demo)
-    if config.snapshot_cache_dir is None:
-        try:
-            cache_dir = str(default_snapshot_cache_dir())
-        except OSError as exc:
-            log.warning("no snapshot cache (%s); set snapshotCacheDir", exc)
-            cache_dir = "off"
-        config = config.model_copy(update={"snapshot_cache_dir": cache_dir})
+    config = _with_snapshot_cache(config)
 
     try:
         app = create_app(config)  # before announcing anything: a broken app must not look up
@@ -394,6 +392,21 @@ def _run(
     return run(app, sock, limits, **ssl_options)
 
 
+def _with_snapshot_cache(config: ServerConfig) -> ServerConfig:
+    """The configuration as `lakeshare serve` runs it: an unset `snapshotCacheDir` is the
+    default per-user directory (or off, when that cannot be made)."""
+    from app.workers import default_snapshot_cache_dir
+
+    if config.snapshot_cache_dir is not None:
+        return config
+    try:
+        cache_dir = str(default_snapshot_cache_dir())
+    except OSError as exc:
+        log.warning("no snapshot cache (%s); set snapshotCacheDir", exc)
+        cache_dir = "off"
+    return config.model_copy(update={"snapshot_cache_dir": cache_dir})
+
+
 # --- check -------------------------------------------------------------------------------
 
 
@@ -416,15 +429,36 @@ def _check(args: argparse.Namespace) -> int:
     reports = check_tables(
         TableService(config), configured_tables(checked), timeout_seconds=args.timeout
     )
+    errors = _check_directories(config)
     if args.format == "json":
-        document = {"warnings": warnings, "tables": [r.to_json() for r in reports]}
+        document = {
+            "warnings": warnings,
+            "errors": errors,
+            "tables": [r.to_json() for r in reports],
+        }
         _write(json.dumps(document, indent=2, ensure_ascii=False))
     else:
-        _write("".join(f"warning: {w}\n" for w in warnings) + _check_table_text(reports))
+        _write(
+            "".join(f"warning: {w}\n" for w in warnings)
+            + "".join(f"error: {e}\n" for e in errors)
+            + _check_table_text(reports)
+        )
     if args.strict and warnings:
         print(f"lakeshare: {len(warnings)} configuration warning(s) (--strict)", file=sys.stderr)
         return 2
-    return 1 if any(r.status is Status.UNUSABLE for r in reports) else 0
+    return 1 if errors or any(r.status is Status.UNUSABLE for r in reports) else 0
+
+
+def _check_directories(config: ServerConfig) -> list[str]:
+    """Problems with the directories the server writes to, as `lakeshare serve` would
+    resolve them: the Iceberg catalog's generated metadata (`iceberg.cacheDir`)."""
+    from sharing.iceberg.files import cache_directory, unwritable
+
+    directory = cache_directory(_with_snapshot_cache(config))
+    problem = unwritable(directory)
+    if problem is None:
+        return []
+    return [f"iceberg.cacheDir: the Iceberg metadata cache {directory} is not writable ({problem})"]
 
 
 def _check_table_text(reports: Sequence[Any]) -> str:

@@ -3,13 +3,11 @@ authentication, error handlers and middleware. No protocol logic lives here."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from pathlib import Path
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 from starlette.responses import RedirectResponse
 
 from app.audit import AuditTrail
@@ -18,7 +16,7 @@ from app.console import build_console
 from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware, gate_for
 from app.metrics import Metrics
-from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware
+from app.middleware import RequestContextMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
 from app.proxies import ForwardedMiddleware
 from app.routes import (
@@ -36,36 +34,30 @@ from app.routes import (
 )
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
-from app.routing import ProtocolApp, authenticated_routes
+from app.routing import ProtocolApp, authenticated_routes, redact_path_in_logs, signed_routes
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
+from sharing.iceberg.files import cache_directory
 from sharing.iceberg.generator import IcebergMetadata
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
 from sharing.recipients.audit import RefusalBudget
+from sharing.recipients.directory import RecipientDirectory
+from sharing.recipients.names import Properties
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.s3.access import KeyChecker
+from sharing.s3.objects import TableObjects
 from sharing.shares.admin import ShareAdmin
 from sharing.shares.live import LiveCatalog, RemovedListener
 from sharing.shares.repository import ShareRepository
 from sharing.skipping.warm import StatsWarmer
 from sharing.store.async_queries import StoreQueryStore
-from sharing.tables import SNAPSHOT_CACHE_OFF, TableService, snapshot_store_for
+from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
-
-
-async def _redact_path_in_logs(request: Request) -> None:
-    """Dependency for routes whose URL path itself is a credential (signed file URLs): logs
-    show the route template, never the signature."""
-    template = getattr(request.scope.get("route"), "path", "") or "/<redacted>"
-    prefix = request.app.state.config.endpoint
-    if not template.startswith(prefix + "/"):
-        template = prefix + template
-    request.scope.setdefault("state", {})[REDACT_PATH_STATE] = template
 
 
 @asynccontextmanager
@@ -87,15 +79,6 @@ def _forget_removed(tables: TableService, planner: Planner) -> RemovedListener:
             planner.selections.forget(shared.full_name)
 
     return forget
-
-
-def _iceberg_directory(config: ServerConfig) -> Path:
-    """Where generated Iceberg metadata goes: beside the snapshot store when there is one
-    (shared by the workers), otherwise the system's temporary folder."""
-    directory = config.snapshot_cache_dir
-    if directory is not None and directory.lower() != SNAPSHOT_CACHE_OFF:
-        return Path(directory) / "iceberg"
-    return Path(tempfile.gettempdir()) / "lakeshare-iceberg"
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -129,6 +112,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     metrics = Metrics(config) if config.metrics.enabled else None
     if metrics is not None and app.state.recipients.writer is not None:
         app.state.recipients.writer.on_dropped = metrics.audit_records_dropped
+    if metrics is not None and store is not None:
+        # What `lakeshare views refresh` records (another process) as lakeshare_view_*.
+        metrics.watch_refreshes(store, config.store.cache_seconds)
     app.state.tables = TableService(
         config,
         stats_warmer=StatsWarmer(),
@@ -136,17 +122,25 @@ def create_app(config: ServerConfig) -> FastAPI:
         snapshot_store=snapshot_store_for(config),
     )
     # Iceberg metadata generated for the catalog routes (app.routes.iceberg).
-    app.state.iceberg_metadata = IcebergMetadata(_iceberg_directory(config), app.state.tables)
+    app.state.iceberg_metadata = IcebergMetadata(
+        cache_directory(config), app.state.tables, config.iceberg.metadata_location
+    )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))
     if metrics is not None:
         metrics.catalog_changed(app.state.catalog.current().shares)
         app.state.catalog.on_change(lambda catalog: metrics.catalog_changed(catalog.shares))
     app.state.admission_gate = gate_for(config.limits)  # expensive requests (app.limits)
-    app.state.file_server = FileServer(app.state.catalog, config.signing_secret)
+    app.state.file_server = FileServer(
+        app.state.catalog,
+        config.signing_secret,
+        config.views.location,
+        properties_of=_properties_of(app.state.recipients.directory),
+    )
     app.state.s3_keys = KeyChecker(
         config.signing_secret, app.state.recipients.directory, app.state.catalog
     )
+    app.state.s3_objects = TableObjects(app.state.iceberg_metadata)
     recipients_store = app.state.recipients.store
     app.state.async_queries = build_service(
         config,
@@ -160,13 +154,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     prefix = config.endpoint
     # The busiest routes skip FastAPI's per-request dependency solving (app.routing).
     app.add_protocol_routes(authenticated_routes(prefix, (*listing.ROUTES, *tables.ROUTES)))
+    # Signed file URLs carry their own authorisation (the signature), not the bearer token.
+    app.add_protocol_routes(signed_routes(prefix, files.ROUTES))
     app.include_router(tables.router, prefix=prefix, dependencies=authenticated)
     app.include_router(credentials.router, prefix=prefix, dependencies=authenticated)
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
-    # Signed file URLs carry their own authorisation (the signature), not the bearer token.
-    app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
-    # So is the S3 endpoint of local tables (SigV4 with vended keys: sharing.s3).
-    app.include_router(s3.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+    # The S3 endpoint of local tables carries its own too (SigV4 with vended keys: sharing.s3).
+    app.include_router(s3.router, prefix=prefix, dependencies=[Depends(redact_path_in_logs)])
     # The OAuth token endpoint authenticates its clients itself (RFC 6749).
     oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
     # The Iceberg REST catalog: its OAuth token path first (its catch-all refuses writes),
@@ -176,7 +170,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.add_api_route(token_path, oauth_token.token, methods=["POST"], include_in_schema=False)
     app.router.routes.extend(iceberg.routes(prefix))
     app.include_router(
-        activation.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)]
+        activation.router, prefix=prefix, dependencies=[Depends(redact_path_in_logs)]
     )
 
     health.install(app, config, metrics)  # /healthz, /readyz, /metrics
@@ -245,3 +239,14 @@ def create_app(config: ServerConfig) -> FastAPI:
             header=config.forwarded_header,
         )
     return app
+
+
+def _properties_of(directory: RecipientDirectory) -> Callable[[str], Properties]:
+    """A recipient's current properties (none for one no longer known): a view's files
+    are those of the tuple they give now (sharing.presign.local_verify)."""
+
+    def properties(name: str) -> Properties:
+        recipient = directory.recipient(name)
+        return recipient.properties if recipient is not None else ()
+
+    return properties

@@ -15,6 +15,10 @@ Without that variable (tests, an embedded app) the values live in this app's own
 from __future__ import annotations
 
 import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import (
     CollectorRegistry,
@@ -25,12 +29,15 @@ from prometheus_client import (
     multiprocess,
     values,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from app.middleware import RequestRecord
 from deltalog import events
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig, ShareConfig
+from sharing.refresh_status import RefreshStatus, read_statuses
+from sharing.store import Store
 
 __all__ = ["CONTENT_TYPE_LATEST", "OTHER", "Metrics", "multiprocess_mode"]
 
@@ -192,6 +199,7 @@ class Metrics:
             registry=reg,
             multiprocess_mode="livemax",
         )
+        self._refreshes: RefreshMetrics | None = None
         self._request_children: dict[tuple[object, ...], _RequestChildren] = {}
         self._snapshot_children: dict[tuple[str, str, str, str], Counter] = {}
         self._cache_hits: Counter | None = None  # made on the first hit (no 0 series before)
@@ -264,6 +272,12 @@ class Metrics:
         """Shares and tables of the live catalog get their own labels."""
         self._names = _Names(shares)
 
+    def watch_refreshes(self, store: Store, cache_seconds: float) -> None:
+        """Export what the refresher recorded in `store` (sharing.refresh_status)."""
+        self._refreshes = RefreshMetrics(store, lambda: self._names, cache_seconds)
+        if not multiprocess_mode():
+            self.registry.register(self._refreshes)
+
     def config_reloaded(self, ok: bool) -> None:
         self.config_reloads.labels("ok" if ok else "failed").inc()
         self.config_reload_failed.set(0 if ok else 1)
@@ -285,6 +299,8 @@ class Metrics:
         if multiprocess_mode():
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            if self._refreshes is not None:
+                registry.register(self._refreshes)
             return generate_latest(registry)
         return generate_latest(self.registry)
 
@@ -292,3 +308,140 @@ class Metrics:
         """A worker stops: its live-gauge files go (counters and histograms stay summed)."""
         if multiprocess_mode():
             multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+# -- the refresher's records -------------------------------------------------------------
+
+MAX_TUPLES_PER_VIEW = 20
+"""Property tuples of one view with series of their own; the others are summed up under
+tuple="other" (the worst lag, the oldest refresh, the sum of errors)."""
+
+
+@dataclass(frozen=True)
+class _Series:
+    labels: tuple[str, str, str, str, str]  # kind, share, schema, table, tuple
+    statuses: tuple[RefreshStatus, ...]
+
+
+class RefreshMetrics:
+    """A collector of the refresher's status records (the state store, which every replica
+    reads: the refresher runs in its own process). Read at most every `cache_seconds`;
+    labelled by configured names (records of tables no longer configured are left out) and
+    the property tuple's digest, bounded per view by `MAX_TUPLES_PER_VIEW`."""
+
+    def __init__(
+        self, store: Store, names: Callable[[], _Names], cache_seconds: float = 2.0
+    ) -> None:
+        self._store = store
+        self._names = names
+        self._cache_seconds = max(1.0, cache_seconds)
+        self._lock = threading.Lock()
+        self._read_at = -1e9
+        self._statuses: list[RefreshStatus] = []
+
+    def statuses(self) -> list[RefreshStatus]:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self._cache_seconds:
+                self._statuses = read_statuses(self._store)
+                self._read_at = time.monotonic()
+            return self._statuses
+
+    def _series(self) -> list[_Series]:
+        configured = {".".join(key): names for key, names in self._names().tables.items()}
+        by_table: dict[tuple[str, str], list[RefreshStatus]] = {}
+        for status in self.statuses():
+            if status.name in configured:
+                by_table.setdefault((status.kind, status.name), []).append(status)
+        series = []
+        for (kind, name), statuses in sorted(by_table.items()):
+            share, schema, table = configured[name]
+            ordered = sorted(statuses, key=lambda s: s.tuple)
+            kept, rest = ordered[:MAX_TUPLES_PER_VIEW], ordered[MAX_TUPLES_PER_VIEW:]
+            for status in kept:
+                labels = (kind, share, schema, table, status.tuple[:16])
+                series.append(_Series(labels, (status,)))
+            if rest:
+                series.append(_Series((kind, share, schema, table, OTHER), tuple(rest)))
+        return series
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            series = self._series()
+        except Exception:  # an unreachable store must not fail the whole scrape
+            return []
+        names = ["kind", "share", "schema", "table", "tuple"]
+        lag = GaugeMetricFamily(
+            "lakeshare_view_lag_versions",
+            "Source versions the materialization (compatible copy or view) is behind, as of "
+            "the refresher's last pass (summed over a view's sources).",
+            labels=names,
+        )
+        version = GaugeMetricFamily(
+            "lakeshare_view_materialized_version",
+            "The materialization's own Delta version after the refresher's last pass.",
+            labels=names,
+        )
+        refreshed = GaugeMetricFamily(
+            "lakeshare_view_last_refresh_timestamp_seconds",
+            "When the last refresh that committed started (Unix time).",
+            labels=names,
+        )
+        checked = GaugeMetricFamily(
+            "lakeshare_view_last_success_timestamp_seconds",
+            "When the refresher's last successful pass ended, whether or not it had anything "
+            "to commit (Unix time): alert on its age to catch a refresher that stopped.",
+            labels=names,
+        )
+        duration = GaugeMetricFamily(
+            "lakeshare_view_last_refresh_duration_seconds",
+            "How long the last refresh that committed took.",
+            labels=names,
+        )
+        rows = GaugeMetricFamily(
+            "lakeshare_view_last_refresh_rows",
+            "Rows the last refresh that committed wrote.",
+            labels=names,
+        )
+        files = GaugeMetricFamily(
+            "lakeshare_view_last_refresh_files",
+            "Files the last refresh that committed wrote.",
+            labels=names,
+        )
+        failing = GaugeMetricFamily(
+            "lakeshare_view_refresh_failing",
+            "1 while the last pass over the materialization failed (see views status).",
+            labels=names,
+        )
+        errors = CounterMetricFamily(
+            "lakeshare_view_refresh_errors",
+            "Refresh passes that failed.",
+            labels=names,
+        )
+        for one in series:
+            labels = list(one.labels)
+            _add(lag, labels, [s.lag_versions for s in one.statuses], max)
+            _add(version, labels, [s.materialized_version for s in one.statuses], min)
+            _add(refreshed, labels, [_seconds(s.refreshed_ms) for s in one.statuses], min)
+            _add(checked, labels, [_seconds(s.checked_ms) for s in one.statuses], min)
+            _add(duration, labels, [_seconds(s.refresh_ms) for s in one.statuses], max)
+            _add(rows, labels, [s.rows for s in one.statuses], sum)
+            _add(files, labels, [s.files_written for s in one.statuses], sum)
+            failing.add_metric(labels, float(any(s.failing for s in one.statuses)))
+            errors.add_metric(labels, float(sum(s.errors for s in one.statuses)))
+        return [lag, version, refreshed, checked, duration, rows, files, failing, errors]
+
+
+def _seconds(milliseconds: int | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1000
+
+
+def _add(
+    family: GaugeMetricFamily,
+    labels: list[str],
+    values: Sequence[float | int | None],
+    combine: Callable[[list[float]], float],
+) -> None:
+    """One sample of the values that are known (none known: no sample)."""
+    known = [float(v) for v in values if v is not None]
+    if known:
+        family.add_metric(labels, combine(known))

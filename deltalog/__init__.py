@@ -12,6 +12,7 @@ from deltalog.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from deltalog.loading import SnapshotHead, SnapshotLoading
 from deltalog.snapshot import Snapshot
 from deltalog.snapshot_store import SnapshotStore
 from deltalog.table import DeltaTable
@@ -26,6 +27,8 @@ __all__ = [
     "MissingLogFileError",
     "Protocol",
     "Snapshot",
+    "SnapshotHead",
+    "SnapshotLoading",
     "SnapshotStore",
     "StorageError",
     "TableNotFoundError",

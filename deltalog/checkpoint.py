@@ -29,6 +29,7 @@ from deltalog.errors import CorruptLogError, MissingLogFileError
 from deltalog.log_segment import Checkpoint
 from deltalog.null_columns import null_array, nullify
 from deltalog.parsed_columns import partition_values_map, stats_json
+from deltalog.replay import file_keys
 from deltalog.storage.base import FileInfo, Storage
 
 SIDECAR_DIR = "_sidecars"
@@ -72,6 +73,36 @@ class CheckpointState:
     checkpoint_metadata: dict[str, Any] | None = None
 
 
+_FIGURE_SCHEMA = pa.schema(
+    [ADD_SCHEMA.field("path"), ADD_SCHEMA.field("size"), ADD_SCHEMA.field("deletionVector")]
+)
+
+
+@dataclass
+class AddFigures:
+    """What `CheckpointReader.add_figures` counts: the adds kept, their total size (nulls
+    count as 0, as in a snapshot's size) and whether any of them has a deletion vector."""
+
+    files: int = 0
+    size: int = 0
+    deletion_vectors: bool = False
+
+    def add(self, adds: pa.Table, touched: pa.Array) -> None:
+        """Count the rows of `adds` (path, size, deletionVector) whose key is not touched."""
+        if len(touched) and adds.num_rows:
+            keep = pc.invert(pc.is_in(file_keys(adds), value_set=touched))
+            adds = adds.filter(keep)
+        self.files += adds.num_rows
+        self.size += int(pc.sum(adds.column("size")).as_py() or 0)
+        dv = adds.column("deletionVector")
+        self.deletion_vectors |= dv.null_count < len(dv)
+
+    def merge(self, other: AddFigures) -> None:
+        self.files += other.files
+        self.size += other.size
+        self.deletion_vectors |= other.deletion_vectors
+
+
 @dataclass
 class CheckpointPart:
     """What one row group of a checkpoint file (or a whole JSON manifest) holds."""
@@ -98,6 +129,7 @@ class CheckpointReader:
         self.storage = storage
         self.version = checkpoint.version
         self._head: list[CheckpointPart] = []  # parts read up front: a V2 manifest
+        self._actions: dict[str, dict[str, Any] | None] = {}  # read ahead (_first_action)
         opened: list[tuple[str, pq.ParquetFile, bool]] = []  # (key, footer, files only)
         if checkpoint.format == "json":
             self._head.append(_read_json_manifest(storage, checkpoint.files[0], self.version))
@@ -161,23 +193,102 @@ class CheckpointReader:
         """The checkpoint's metaData action, read ahead of its rows (just that column of
         each file; a V2 manifest's was read already): what a caller streaming the rows
         needs to know of the table first (deltalog.snapshot_store types statistics)."""
-        for part in self._head:
-            for action in part.non_file.get("metaData", []):
-                return metadata_from_action(action)
-        for key, pf, files_only in self._files:
-            if files_only or "metaData" not in pf.schema_arrow.names:
-                continue
-            try:
-                column = pf.read(columns=["metaData"], use_threads=False).column("metaData")
-            except (pa.ArrowInvalid, OSError) as exc:
-                name = posixpath.basename(key)
-                raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
-            for action in _small_actions(column, "metaData"):
-                return metadata_from_action(action)
-        return None
+        action = self._first_action("metaData")
+        return metadata_from_action(action) if action is not None else None
 
-    def parts(self) -> Iterator[CheckpointPart]:
-        """The file actions (and other actions) row group by row group, in file order.
+    def protocol(self) -> Protocol | None:
+        """The checkpoint's protocol action, read ahead of its rows like `metadata`."""
+        action = self._first_action("protocol")
+        try:
+            return Protocol.from_action(action) if action is not None else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptLogError(f"malformed protocol in checkpoint {self.version}") from exc
+
+    def _first_action(self, kind: str) -> dict[str, Any] | None:
+        """The first action of `kind`, read row group by row group up to the one holding
+        it (writers put them first; reading the column of a million rows where all but
+        one are null costs a quarter of a second). Remembered: asked for twice."""
+        if kind in self._actions:
+            return self._actions[kind]
+        found = None
+        for part in self._head:
+            for action in part.non_file.get(kind, []):
+                found = found or action
+        for key, pf, files_only in self._files:
+            if found is not None:
+                break
+            if files_only or kind not in pf.schema_arrow.names:
+                continue
+            for group in range(pf.num_row_groups):
+                try:
+                    table = pf.read_row_group(group, columns=[kind], use_threads=False)
+                except (pa.ArrowInvalid, OSError) as exc:
+                    name = posixpath.basename(key)
+                    raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
+                actions = _small_actions(table.column(kind), kind)
+                if actions:
+                    found = actions[0]
+                    break
+        self._actions[kind] = found
+        return found
+
+    def add_figures(self, touched: pa.Array) -> AddFigures:
+        """Count, total size and deletion vectors of the checkpoint's adds whose key is
+        not in `touched`, read ahead of the rows: only the path, size and deletion vector
+        columns, row group by row group (a caller streaming the rows must send these
+        figures before the first of them)."""
+        figures = AddFigures()
+        for part in self._head:
+            for adds in part.adds:
+                figures.add(adds.select(["path", "size", "deletionVector"]), touched)
+        tasks = [
+            task for key, pf, _ in self._files for task in self._figure_tasks(key, pf, touched)
+        ]
+        workers = max(1, min(_ROW_GROUP_WORKERS, os.cpu_count() or 1))
+        for each in _in_order(tasks, workers):
+            figures.merge(each)
+        return figures
+
+    def _figure_tasks(
+        self, key: str, pf: pq.ParquetFile, touched: pa.Array
+    ) -> list[Callable[[], AddFigures]]:
+        schema = pf.schema_arrow
+        if "add" not in schema.names or not pa.types.is_struct(schema.field("add").type):
+            return []
+        present = {f.name for f in schema.field("add").type}
+        if "path" not in present:
+            return []
+        wanted = [n for n in ("path", "size", "deletionVector") if n in present]
+        columns = [f"add.{n}" for n in wanted]
+        name = posixpath.basename(key)
+        metadata = pf.metadata
+
+        def task(group: int) -> Callable[[], AddFigures]:
+            counted = None if len(touched) else _counted_adds(metadata, group)
+
+            def run() -> AddFigures:
+                own = pq.ParquetFile(self.storage.open_input_file(key), metadata=metadata)
+                try:
+                    read = ["add.size"] if counted is not None else columns
+                    col = own.read_row_group(group, columns=read).column("add")
+                except (pa.ArrowInvalid, OSError) as exc:
+                    raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
+                if counted is not None:
+                    size = pc.sum(pc.struct_field(col, [0])).as_py()
+                    return AddFigures(files=counted, size=int(size or 0))
+                arr = _valid_rows(col, "add")
+                figures = AddFigures()
+                figures.add(_file_actions(arr, _FIGURE_SCHEMA, self.version), touched)
+                return figures
+
+            return run
+
+        return [task(g) for g in range(pf.num_row_groups)]
+
+    def parts(self, *, first_alone: bool = False) -> Iterator[CheckpointPart]:
+        """The file actions (and other actions) row group by row group, in file order
+        (with `first_alone`, row groups are read one at a time up to the first holding
+        adds, for a caller handing out rows as they come: deltalog.loading).
         Before each part, the memory the previous row groups' decoding left free is given
         back to the system rather than after the allocator's purge delay: a large
         checkpoint's transient buffers would otherwise stay in the reader's peak memory
@@ -191,7 +302,8 @@ class CheckpointReader:
             for task in self._group_tasks(key, pf, files_only=files_only)
         ]
         workers = max(1, min(_ROW_GROUP_WORKERS, os.cpu_count() or 1))
-        for part in _in_order(tasks, workers):
+        until = _has_adds if first_alone else None
+        for part in _in_order(tasks, workers, alone_until=until):
             pool.release_unused()
             yield self._conformed(part)
 
@@ -261,22 +373,61 @@ def _conform_adds(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table
 
 
-def _in_order(tasks: Sequence[Callable[[], _R]], workers: int) -> Iterator[_R]:
+def _counted_adds(metadata: pq.FileMetaData, group: int) -> int | None:
+    """The number of adds in a row group, from its column statistics alone, when they
+    tell it: `add.path` and `add.size` null in as many rows (the rows of other actions:
+    an add has both), and no deletion vector in any row. None: the columns must be read."""
+    row_group = metadata.row_group(group)
+    nulls: dict[str, int] = {}
+    for i in range(row_group.num_columns):
+        column = row_group.column(i)
+        field = column.path_in_schema
+        if field in ("add.path", "add.size") or field.startswith("add.deletionVector."):
+            stats = column.statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            nulls[field] = stats.null_count
+    path, size = nulls.pop("add.path", None), nulls.pop("add.size", None)
+    if path is None or path != size:
+        return None
+    if any(count != row_group.num_rows for count in nulls.values()):
+        return None  # deletion vectors in the group (or no statistics saying otherwise)
+    return int(row_group.num_rows - path)
+
+
+def _in_order(
+    tasks: Sequence[Callable[[], _R]],
+    workers: int,
+    *,
+    alone_until: Callable[[_R], bool] | None = None,
+) -> Iterator[_R]:
     """The tasks' results in order, with `workers` tasks under way: the next one starts
     when the consumer is done with a result, so at most `workers` results exist at once
-    (the one being consumed included)."""
+    (the one being consumed included). With `alone_until`, tasks run one at a time until
+    a result satisfies it (for a reader waiting for the first rows: that task is not
+    slowed down by others sharing the cores and the connection)."""
     if workers <= 1 or len(tasks) <= 1:
         for each in tasks:
             yield each()
         return
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: deque[Future[_R]] = deque(pool.submit(t) for t in tasks[:workers])
-        following = iter(tasks[workers:])
+        alone = alone_until is not None
+        pending: deque[Future[_R]] = deque(pool.submit(t) for t in tasks[: 1 if alone else workers])
+        following = iter(tasks[len(pending) :])
         while pending:
-            yield pending.popleft().result()
-            task = next(following, None)
-            if task is not None:
+            result = pending.popleft().result()
+            if alone and alone_until is not None and alone_until(result):
+                alone = False
+            yield result
+            while len(pending) < (1 if alone else workers):
+                task = next(following, None)
+                if task is None:
+                    break
                 pending.append(pool.submit(task))
+
+
+def _has_adds(part: CheckpointPart) -> bool:
+    return any(t.num_rows for t in part.adds)
 
 
 def _parallel(fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:

@@ -11,21 +11,30 @@ looked up on first use, so loading a snapshot never lists more than its log segm
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltalog.actions import ADD_SCHEMA, CommitActions, Metadata, Protocol
+from deltalog.actions import ADD_SCHEMA, REMOVE_SCHEMA, CommitActions, Metadata, Protocol
 from deltalog.checkpoint import CheckpointPart, CheckpointReader, CheckpointState
 from deltalog.commits import in_commit_timestamps_enabled, read_commit
 from deltalog.errors import CorruptLogError
 from deltalog.features import check_reader_protocol
-from deltalog.file_chunks import FileChunks
+from deltalog.file_chunks import ChunkSink, FileChunks, flat, split_batches
+from deltalog.loading import SnapshotHead, SnapshotLoading, current_loading
 from deltalog.log_segment import LogSegment
 from deltalog.packed_stats import can_pack, pack_adds, packed_schema
-from deltalog.replay import FileState, apply_commits
+from deltalog.replay import (
+    CommitWinners,
+    FileState,
+    apply_commits,
+    commit_winners,
+    conform_adds,
+    file_keys,
+    files_schema,
+)
 from deltalog.storage.base import FileInfo, Storage
 
 CommitClock = Callable[[int, int | None], int]
@@ -232,50 +241,166 @@ def load_snapshot(
     storage: Storage, table_root: str, segment: LogSegment, *, clock: CommitClock
 ) -> Snapshot:
     """Replay `segment` (checkpoint, then commits) into a Snapshot whose timestamp comes
-    from `clock`. Its files hold their statistics packed (deltalog.packed_stats)."""
+    from `clock`. Its files hold their statistics packed (deltalog.packed_stats).
+
+    With a checkpoint, the commits are read first, then the checkpoint's rows, row group
+    by row group, each filtered by the keys the commits touch (CheckpointRows): the
+    rows come out in their final order, so a `SnapshotLoading` current in this context
+    (deltalog.loading) is told the head and handed each batch as it is read."""
     packed = can_pack()
-    if segment.checkpoint is not None:
-        cp = _read_checkpoint(storage, table_root, segment, packed=packed)
-        domains = {k: v for k, v in cp.domain_metadata.items() if not v.get("removed")}
-        protocol, metadata = cp.protocol, cp.metadata
-        state = FileState.from_base(pack_adds(cp.adds) if packed else cp.adds, cp.removes)
-        txns, version = dict(cp.txns), cp.version
-        checkpoint_version: int | None = cp.version
-    else:
-        protocol = metadata = None
-        state = FileState.empty(packed_schema(ADD_SCHEMA) if packed else ADD_SCHEMA)
-        txns, domains, version = {}, {}, -1
-        checkpoint_version = None
-    commits = read_commits(storage, table_root, segment.commits, metadata)
-    protocol, metadata = fold_actions(commits, protocol, metadata, txns, domains)
-    in_commit_timestamp = None
-    if commits:
-        version, in_commit_timestamp = commits[-1].version, commits[-1].in_commit_timestamp
+    if segment.checkpoint is None:
+        commits = read_commits(storage, table_root, segment.commits, None)
+        txns: dict[str, int] = {}
+        domains: dict[str, dict[str, Any]] = {}
+        protocol, metadata = fold_actions(commits, None, None, txns, domains)
+        empty = FileState.empty(packed_schema(ADD_SCHEMA) if packed else ADD_SCHEMA)
+        return Snapshot(
+            storage=storage,
+            table_root=table_root,
+            version=commits[-1].version if commits else -1,
+            clock=clock,
+            protocol=protocol,
+            metadata=metadata,
+            state=apply_commits(empty, commits),
+            txns=txns,
+            domain_metadata=domains,
+            in_commit_timestamp=commits[-1].in_commit_timestamp if commits else None,
+        )
+    reader = CheckpointReader(storage, table_root, segment.checkpoint)
+    before = reader.metadata() if segment.commits else None
+    commits = read_commits(storage, table_root, segment.commits, before)
+    won = commit_winners(commits)
+    publish = announce(reader, segment, commits, won)
+    schema = files_schema(packed_schema(reader.adds_schema) if packed else reader.adds_schema)
+    rows = CheckpointRows(reader, won, pack=packed, first_alone=publish is not None)
+    batches: list[pa.RecordBatch] = []
+    keys: list[pa.Array] = []
+
+    def keep(batch: pa.RecordBatch, key: pa.Array) -> None:
+        batches.append(batch)
+        keys.append(key)
+
+    sink = ChunkSink(keep)
+    for batch, key in rows.adds():
+        batch = batch if batch.schema.equals(schema) else batch.cast(schema)
+        sink.push(batch, key)
+        if publish is not None:
+            publish.publish(batch)
+    sink.finish()
+    active = FileChunks.restore(schema, batches, keys)
+    if won is not None and won.adds is not None:
+        new_adds = conform_adds(won.adds, schema)
+        active = active.appended(new_adds, file_keys)
+        if publish is not None:
+            for batch in new_adds.to_batches():
+                publish.publish(batch)
+    cp = rows.state()
+    domains = {k: v for k, v in cp.domain_metadata.items() if not v.get("removed")}
+    txns = dict(cp.txns)
+    protocol, metadata = fold_actions(commits, cp.protocol, cp.metadata, txns, domains)
     return Snapshot(
         storage=storage,
         table_root=table_root,
-        version=version,
+        version=commits[-1].version if commits else cp.version,
         clock=clock,
         protocol=protocol,
         metadata=metadata,
-        state=apply_commits(state, commits),
+        state=FileState(active, rows.tombstones()),
         txns=txns,
         domain_metadata=domains,
-        checkpoint_version=checkpoint_version,
-        in_commit_timestamp=in_commit_timestamp,
+        checkpoint_version=cp.version,
+        in_commit_timestamp=commits[-1].in_commit_timestamp if commits else None,
     )
 
 
-def _read_checkpoint(
-    storage: Storage, table_root: str, segment: LogSegment, *, packed: bool
-) -> CheckpointState:
-    """The segment's checkpoint, each row group's statistics packed as soon as it is read,
-    so the strings of the whole checkpoint never exist at once."""
-    assert segment.checkpoint is not None
-    reader = CheckpointReader(storage, table_root, segment.checkpoint)
+class CheckpointRows:
+    """A checkpoint's rows as a snapshot keeps them after `won` (the winners of the
+    commits that follow it): its adds batch by batch (`adds`, with their keys), minus
+    the rows whose key a commit touches, in checkpoint order; its tombstones and other
+    actions gathered on the side, for after the adds were read (`tombstones`, `state`).
+    With `pack`, each row group's statistics are packed as soon as it is read, so the
+    strings of the whole checkpoint never exist at once; with `first_alone`, the first
+    row group is read before the others start (its rows are awaited: deltalog.loading)."""
 
-    def part_packed(part: CheckpointPart) -> CheckpointPart:
-        part.adds = [pack_adds(t) for t in part.adds]
-        return part
+    def __init__(
+        self,
+        reader: CheckpointReader,
+        won: CommitWinners | None,
+        *,
+        pack: bool,
+        first_alone: bool = False,
+    ):
+        self.reader = reader
+        self.first_alone = first_alone
+        self.won = won
+        self.touched = won.touched if won is not None else pa.array([], pa.string())
+        self.pack = pack
+        self._non_file: list[CheckpointPart] = []
+        self._removes: list[pa.Table] = []
 
-    return reader.combine([part_packed(p) if packed else p for p in reader.parts()])
+    def adds(self) -> Iterator[tuple[pa.RecordBatch, pa.Array]]:
+        touched = self.touched
+        for part in self.reader.parts(first_alone=self.first_alone):
+            self._non_file.append(CheckpointPart(non_file=part.non_file))
+            self._removes += part.removes
+            for adds in part.adds:
+                if self.pack:
+                    adds = pack_adds(adds)
+                for batch in split_batches(adds.to_batches()):
+                    keys = flat(file_keys(batch))
+                    if len(touched):
+                        hit = pc.is_in(keys, value_set=touched)
+                        if hit.true_count:
+                            kept = pc.invert(hit)
+                            batch, keys = batch.filter(kept), keys.filter(kept)
+                    if batch.num_rows:
+                        yield batch, keys
+
+    def tombstones(self) -> FileChunks:
+        """The tombstones after the commits (once `adds` went through every row group)."""
+        removes = pa.concat_tables(self._removes) if self._removes else None
+        table = removes.cast(REMOVE_SCHEMA) if removes is not None else REMOVE_SCHEMA.empty_table()
+        chunks = FileChunks.build(table, file_keys).without(self.touched)
+        if self.won is not None and self.won.removes is not None:
+            chunks = chunks.appended(self.won.removes, file_keys)
+        return chunks
+
+    def state(self) -> CheckpointState:
+        """The checkpoint's protocol, metadata, transactions and domain metadata (its
+        file actions left out: they went through `adds`)."""
+        return self.reader.combine(self._non_file)
+
+
+def announce(
+    reader: CheckpointReader,
+    segment: LogSegment,
+    commits: Sequence[CommitActions],
+    won: CommitWinners | None,
+) -> SnapshotLoading | None:
+    """Tell the `SnapshotLoading` current in this context (if any) the head of the
+    snapshot being loaded; returns it when it takes this load's rows. The protocol and
+    metadata are the last commit's that has them, else the checkpoint's (read ahead);
+    the figures come from the checkpoint's path, size and deletion vector columns."""
+    loading = current_loading()
+    if loading is None:
+        return None
+    protocol = next((c.protocol for c in reversed(commits) if c.protocol), None)
+    metadata = next((c.metadata for c in reversed(commits) if c.metadata), None)
+    protocol, metadata = require_readable(
+        segment.version, protocol or reader.protocol(), metadata or reader.metadata()
+    )
+    touched = won.touched if won is not None else pa.array([], pa.string())
+    figures = reader.add_figures(touched)
+    if won is not None and won.adds is not None:
+        figures.add(won.adds.select(["path", "size", "deletionVector"]), pa.array([], pa.string()))
+    head = SnapshotHead(
+        storage=reader.storage,
+        table_root=segment.table_root,
+        version=segment.version,
+        protocol=protocol,
+        metadata=metadata,
+        num_files=figures.files,
+        size_in_bytes=figures.size,
+        deletion_vectors=figures.deletion_vectors,
+    )
+    return loading if loading.begin(head) else None

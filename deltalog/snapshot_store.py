@@ -56,10 +56,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from deltalog.actions import REMOVE_SCHEMA, STATS_PARSED, Metadata, Protocol
-from deltalog.checkpoint import CheckpointPart, CheckpointReader
+from deltalog.checkpoint import CheckpointReader
 from deltalog.commits import metadata_from_action
 from deltalog.errors import DeltaError
 from deltalog.file_chunks import CHUNK_ROWS, ChunkSink, FileChunks, flat, split_batches
@@ -69,8 +68,10 @@ from deltalog.null_columns import null_array
 from deltalog.packed_stats import text_batch, text_schema
 from deltalog.replay import FileState, commit_winners, conform_adds, file_keys, files_schema
 from deltalog.snapshot import (
+    CheckpointRows,
     CommitClock,
     Snapshot,
+    announce,
     fold_actions,
     load_snapshot,
     read_commits,
@@ -638,16 +639,16 @@ def _stream(
     `typed_stats`, plus typed statistics where the checkpoint has JSON ones only)."""
     checkpoint = segment.checkpoint
     assert checkpoint is not None
-    # The in-commit-timestamp setting only decides commit timestamps, not files.
-    commits = read_commits(storage, segment.table_root, segment.commits, None)
-    won = commit_winners(commits)
-    touched = won.touched if won is not None else pa.array([], pa.string())
     reader = CheckpointReader(storage, segment.table_root, checkpoint)
+    before = reader.metadata() if segment.commits else None
+    commits = read_commits(storage, segment.table_root, segment.commits, before)
+    won = commit_winners(commits)
+    publish = announce(reader, segment, commits, won)
     schema = reader.adds_schema
     typed: pa.StructType | None = None
     if typed_stats and STATS_PARSED not in schema.names:
         metadata = next((c.metadata for c in reversed(commits) if c.metadata), None)
-        metadata = metadata or reader.metadata()
+        metadata = metadata or before or reader.metadata()
         typed = stats_type(metadata) if metadata is not None else None
         if typed is not None:
             schema = schema.append(pa.field(STATS_PARSED, typed))
@@ -658,39 +659,28 @@ def _stream(
         if new_adds is None or new_adds.column(name).null_count == new_adds.num_rows
     )
     layout = _Layout(schema, null_columns, with_keys="deletionVector" not in null_columns)
-    non_file: list[CheckpointPart] = []
-    removes: list[pa.Table] = []
+    rows = CheckpointRows(reader, won, pack=False, first_alone=publish is not None)
     with open(path, "wb") as handle:
         writer = _Writer(handle)
         with writer.section("files", layout) as write:
             sink = ChunkSink(write)
-            for part in reader.parts():
-                non_file.append(CheckpointPart(non_file=part.non_file))
-                removes += part.removes
-                for adds in part.adds:
-                    for batch in split_batches(adds.to_batches()):
-                        keys = flat(file_keys(batch))
-                        if typed is not None:
-                            batch = _typed(batch, typed)
-                        if len(touched):
-                            hit = pc.is_in(keys, value_set=touched)
-                            if hit.true_count:
-                                keep = pc.invert(hit)
-                                batch, keys = batch.filter(keep), keys.filter(keep)
-                        sink.push(batch, keys)
+            for batch, keys in rows.adds():
+                if publish is not None:
+                    publish.publish(batch)
+                if typed is not None:
+                    batch = _typed(batch, typed)
+                sink.push(batch, keys)
             if new_adds is not None:
                 for batch in split_batches(new_adds.to_batches()):
+                    if publish is not None:
+                        publish.publish(batch)
                     if typed is not None:
                         batch = _typed(batch, typed)
                     sink.push(batch, flat(file_keys(batch)))
             sink.finish()
-        tombstones = FileChunks.build(
-            pa.concat_tables(removes) if removes else REMOVE_SCHEMA.empty_table(), file_keys
-        ).without(touched)
-        if won is not None and won.removes is not None:
-            tombstones = tombstones.appended(won.removes, file_keys)
+        tombstones = rows.tombstones()
         writer.chunks("tombstones", tombstones)
-        state = reader.combine(non_file)
+        state = rows.state()
         txns, domains = (
             dict(state.txns),
             {k: v for k, v in state.domain_metadata.items() if not v.get("removed")},

@@ -246,6 +246,12 @@ class DeltaTable:
             self._remember(snap)
             return _told(snap, source)
 
+    @property
+    def has_latest(self) -> bool:
+        """Whether a latest snapshot is in memory (the next one is then at most an
+        incremental refresh of it, not a load of the whole log)."""
+        return self._latest is not None
+
     def fresh_snapshot(self) -> Snapshot | None:
         """The latest snapshot when the refresh policy serves it without a listing (no
         I/O, no waiting), else None."""

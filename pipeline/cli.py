@@ -2,33 +2,29 @@
 server never runs Spark inside a request).
 
     lakeshare views refresh --config FILE [--view NAME] [--full] [--watch]
-    lakeshare views status --config FILE [--format table|json]
+    lakeshare views status --config FILE [--view NAME] [--format table|json]
 
 `refresh` brings every compatible copy of the configuration (table entries with
 `compatibleCopy: true`) up to its source's latest version, one commit each; `--watch`
-keeps doing so every `views.refreshIntervalSeconds`. Each refresh records its outcome in
-`<views.location>/_status/<name>.json`, which `status` shows with the versions.
+keeps doing so, each entry every `refreshIntervalSeconds` (pipeline.watch). Each pass
+records its outcome in the state store (sharing.refresh_status), which `status` shows
+beside the versions it reads now, and the server exports as metrics.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import logging
 import sys
 import time
-import traceback
 from collections.abc import Sequence
-from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from pipeline.copies import CopySpec, copy_versions, open_source, sweep
+from pipeline.targets import Target, refresh_targets
 from sharing.config import ConfigError, ServerConfig, load_config
-from sharing.copies import copy_location
-from sharing.shares.repository import every_share
-
-STATUS_DIR = "_status"
+from sharing.refresh_status import RefreshStatus, lag_versions, read_statuses
+from sharing.store import Store, StoreError, open_store
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,171 +38,159 @@ def build_parser() -> argparse.ArgumentParser:
     refresh.add_argument("--view", metavar="NAME", help="only this one (share.schema.table)")
     refresh.add_argument("--full", action="store_true", help="recompute everything")
     refresh.add_argument(
-        "--watch", action="store_true", help="keep refreshing every refreshIntervalSeconds"
+        "--watch",
+        action="store_true",
+        help="keep refreshing, each entry every refreshIntervalSeconds, until SIGTERM/SIGINT",
     )
     status = commands.add_parser("status", help="versions, lag and last refresh per copy")
     status.add_argument("--config", metavar="FILE", required=True, help="server config")
+    status.add_argument("--view", metavar="NAME", help="only this one (share.schema.table)")
     status.add_argument("--format", choices=("table", "json"), default="table")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"lakeshare views: invalid configuration: {exc}", file=sys.stderr)
         return 2
-    specs = copy_specs(config)
-    if getattr(args, "view", None):
-        specs = [s for s in specs if s.name.lower() == args.view.lower()]
-        if not specs:
-            print(f"lakeshare views: no compatible copy named {args.view}", file=sys.stderr)
-            return 2
-    if args.command == "status":
-        return _status(config, specs, args.format)
-    return _refresh(config, specs, full=args.full, watch=args.watch)
-
-
-def copy_specs(config: ServerConfig) -> list[CopySpec]:
-    """The compatible copies a configuration asks for (its file's tables and its store's)."""
-    assert config.views.location is not None  # load_config sets the default
-    specs = []
-    for share in every_share(config):
-        for schema in share.schemas:
-            for table in schema.tables:
-                if table.compatible_copy:
-                    name = f"{share.name}.{schema.name}.{table.name}"
-                    specs.append(
-                        CopySpec(
-                            name=name,
-                            source=table.location,
-                            location=copy_location(config.views.location, name),
-                            source_options=table.storage_options() or {},
-                        )
-                    )
-    return specs
-
-
-def spark_session(config: ServerConfig) -> Any:
-    """The session `views.spark` describes (the venv's python for local workers)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    settings = config.views.spark
-    builder = SparkSession.builder.appName("lakeshare-views")
-    if settings.remote:
-        builder = builder.remote(settings.remote)
-    else:
-        builder = builder.master(settings.master).config("spark.ui.enabled", "false")
-    for key, value in settings.conf:
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    if not settings.remote:
-        session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
-def _refresh(config: ServerConfig, specs: list[CopySpec], *, full: bool, watch: bool) -> int:
-    from pipeline.refresh import refresh_copy
-
-    if not specs:
-        print("lakeshare views: nothing to refresh (no table has compatibleCopy: true)")
-        return 0
-    spark = spark_session(config)
-    failed = 0
-    while True:
-        for spec in specs:
-            started = time.time()
-            try:
-                result = refresh_copy(spark, spec, full=full)
-            except Exception as exc:
-                failed += 1
-                _record(config, spec, {"time": started, "error": f"{type(exc).__name__}: {exc}"})
-                print(f"{spec.name}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr)
-                traceback.print_exc(limit=3)
-                continue
-            _record(config, spec, {"time": started, "error": None, **asdict(result)})
+    store = _open_store(config)
+    try:
+        targets = refresh_targets(config, store)
+        if args.view and not any(t.name.lower() == args.view.lower() for t in targets):
             print(
-                f"{spec.name}: {result.mode} source v{result.source_version} -> copy "
-                f"v{result.copy_version} ({result.files_written} files written, "
-                f"{result.files_removed} removed, {result.rows_written} rows, "
-                f"{result.seconds:.1f}s)"
+                f"lakeshare views: no view or compatible copy named {args.view}",
+                file=sys.stderr,
             )
-            sweep(spec)
-        if not watch:
-            return 1 if failed else 0
-        full = False
-        time.sleep(config.views.refresh_interval_seconds)
+            return 2
+        if args.command == "status":
+            return _status(config, store, targets, args.view, args.format)
+    finally:
+        if store is not None:
+            store.close()
+    if not targets:
+        print("lakeshare views: nothing to refresh (no view, no table with compatibleCopy: true)")
+        if not args.watch:
+            return 0
+    return _refresh(args.config, config, only=args.view, full=args.full, watch=args.watch)
 
 
-def _status_file(config: ServerConfig, spec: CopySpec) -> Path | None:
-    location = config.views.location or ""
-    if "://" in location:
-        return None  # remote views locations keep no status file (yet)
-    return Path(location) / STATUS_DIR / f"{spec.name}.json"
-
-
-def _record(config: ServerConfig, spec: CopySpec, outcome: dict[str, Any]) -> None:
-    path = _status_file(config, spec)
-    if path is None:
-        return
-    previous = _read_status(path)
-    if outcome.get("error"):
-        outcome = {**previous, "time_of_error": outcome["time"], "error": outcome["error"]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(outcome, sort_keys=True))
-
-
-def _read_status(path: Path | None) -> dict[str, Any]:
-    if path is None or not path.exists():
-        return {}
+def _open_store(config: ServerConfig) -> Store | None:
+    if not config.store.url:
+        return None
     try:
-        loaded = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
+        return open_store(config.store.url)
+    except StoreError as exc:
+        print(f"lakeshare views: {exc} (no refresh status)", file=sys.stderr)
+        return None
 
 
-def copy_status(config: ServerConfig, spec: CopySpec) -> dict[str, Any]:
-    """Source and copy versions, lag, and the last refresh's outcome."""
-    row: dict[str, Any] = {"name": spec.name, "location": spec.location}
+def _refresh(path: str, config: ServerConfig, *, only: str | None, full: bool, watch: bool) -> int:
+    from pipeline.session import spark_session
+    from pipeline.watch import Refresher, stop_on_signals
+
+    spark = spark_session(config.views.spark)
+    refresher = Refresher(
+        load=lambda: load_config(path), spark=spark, out=sys.stdout, only=only, full=full
+    )
+    refresher.config = config
     try:
-        row["source_version"] = open_source(spec).version
-    except Exception as exc:
-        row["source_error"] = f"{type(exc).__name__}: {exc}"
-    versions = copy_versions(spec)
-    if versions:
-        row["copy_version"] = versions[-1].copy_version
-        row["materialized_source_version"] = versions[-1].source_version
-        if "source_version" in row:
-            row["lag_versions"] = row["source_version"] - versions[-1].source_version
-    last = _read_status(_status_file(config, spec))
-    for key in ("time", "seconds", "rows_written", "files_written", "files_removed", "error"):
-        if key in last:
-            row[f"last_{key}" if not key.startswith("last") else key] = last[key]
-    return row
+        # After the session: PySpark installs its own SIGINT handler when it starts.
+        with stop_on_signals(refresher.stop):
+            if watch:
+                refresher.watch()
+                return 0
+            return 1 if refresher.run_pass(refresher.targets()) else 0
+    except KeyboardInterrupt:
+        print("lakeshare views: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        refresher.close()
+        spark.stop()
 
 
-def _status(config: ServerConfig, specs: list[CopySpec], output: str) -> int:
-    rows = [copy_status(config, spec) for spec in specs]
+def status_rows(
+    store: Store | None, targets: Sequence[Target], only: str | None = None
+) -> list[dict[str, Any]]:
+    """Per target: the sources' versions now, what the refresher last recorded (the
+    version held, lag, last refresh and last error)."""
+    recorded: dict[tuple[str, str], RefreshStatus] = {}
+    if store is not None:
+        recorded = {(s.name, s.tuple): s for s in read_statuses(store)}
+    rows = []
+    for target in targets:
+        if only is not None and target.name.lower() != only.lower():
+            continue
+        status = recorded.get((target.name.lower(), target.tuple_digest))
+        row: dict[str, Any] = {"name": target.name, "kind": target.kind}
+        if target.tuple_digest:
+            row["tuple"] = target.tuple_digest
+        row.update(status.as_dict() if status is not None else {})
+        row["name"] = target.name
+        try:
+            row["source_versions"] = target.latest_source_versions()
+        except Exception as exc:
+            row["source_error"] = f"{type(exc).__name__}: {exc}"
+        if "source_versions" in row and status is not None:
+            row["lag_versions"] = lag_versions(row["source_versions"], status.materialized_sources)
+        rows.append(row)
+    return rows
+
+
+def _status(
+    config: ServerConfig,
+    store: Store | None,
+    targets: Sequence[Target],
+    only: str | None,
+    output: str,
+) -> int:
+    rows = status_rows(store, targets, only)
     if output == "json":
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
+    if not rows:
+        print("nothing to refresh (no view, no table with compatibleCopy: true)")
     for row in rows:
-        print(
-            f"{row['name']}: source v{row.get('source_version', '?')}, copy of "
-            f"v{row.get('materialized_source_version', '-')} (copy v{row.get('copy_version', '-')}"
-            f", lag {row.get('lag_versions', '-')}), last refresh "
-            f"{_when(row.get('last_time'))} {row.get('last_seconds', 0):.1f}s "
-            f"{row.get('last_rows_written', 0)} rows {row.get('last_files_written', 0)} files"
-            + (f", last error: {row['last_error']}" if row.get("last_error") else "")
-        )
+        print(_status_line(row))
     return 0
 
 
-def _when(epoch: float | None) -> str:
-    if epoch is None:
+def _status_line(row: dict[str, Any]) -> str:
+    label = row["name"] + (f" [{row['tuple'][:12]}]" if row.get("tuple") else "")
+    sources = ", ".join(f"v{v}" for v in row.get("source_versions", {}).values()) or "?"
+    held = ", ".join(f"v{v}" for v in row.get("materialized_sources", {}).values()) or "-"
+    lag = row.get("lag_versions")
+    parts = [
+        f"{label}: source {sources}, holds {held} ({row['kind']} "
+        f"v{_or_dash(row.get('materialized_version'))}, lag {_or_dash(lag)})",
+        f"checked {_when(row.get('checked_ms'))}",
+    ]
+    if row.get("refreshed_ms") is not None:
+        parts.append(
+            f"last refresh {_when(row['refreshed_ms'])} {row['mode']} "
+            f"{(row.get('refresh_ms') or 0) / 1000:.1f}s {row.get('rows') or 0} rows "
+            f"{row.get('files_written') or 0} files written "
+            f"{row.get('files_removed') or 0} removed"
+        )
+    else:
+        parts.append("last refresh never")
+    if row.get("error"):
+        state = "FAILING" if row.get("failing") else "last error"
+        when = _when(row.get("error_ms"))
+        parts.append(f"{state} {when} ({row['errors']} in all): {row['error']}")
+    if row.get("source_error"):
+        parts.append(f"source unreadable: {row['source_error']}")
+    return ", ".join(parts)
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _when(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
         return "never"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_ms / 1000))

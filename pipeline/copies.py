@@ -82,7 +82,7 @@ class RefreshResult:
 class OutputFile:
     """A file the copy job wrote (an add action's fields)."""
 
-    path: str  # relative, percent-encoded
+    path: str  # relative, as on storage (delta-rs percent-encodes it in the log)
     size: int
     partition_values: dict[str, str | None]
     stats: str
@@ -191,7 +191,8 @@ def commit_refresh(spec: CopySpec, plan: RefreshPlan, written: Sequence[OutputFi
         return None
     now = int(time.time() * 1000)
     removes = [
-        RemoveAction(f["path"], True, now, f["size"], dict(f["partitionValues"] or []))
+        # The log's paths are percent-encoded; delta-rs encodes what it is given.
+        RemoveAction(unquote(f["path"]), True, now, f["size"], dict(f["partitionValues"] or []))
         for f in plan.removes
     ]
     mode = "overwrite" if plan.mode == "full" else "append"

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -33,6 +32,7 @@ from pipeline.copies import (
     output_name,
     partition_values_by_logical_name,
 )
+from pipeline.session import default_parallelism
 from pipeline.stats import file_stats
 
 NAME = "lakeshare_copy_job"
@@ -66,9 +66,7 @@ def run_copy_job(
         "files": [asdict(ref) for ref in plan.todo],
         "run": run,
         "maxGroupBytes": max_group_bytes or DEFAULT_GROUP_BYTES,
-        "minGroups": int(spark.sparkContext.defaultParallelism)
-        if hasattr(spark, "sparkContext")
-        else 2,
+        "minGroups": default_parallelism(spark),
     }
     options = {"plan": json.dumps(document)}
     if fail_on is not None:
@@ -161,7 +159,7 @@ class CopyJobReader(DataSourceReader):
             pq.write_table(data, full, filesystem=fs, compression="snappy")
             size = fs.get_file_info(full).size
             yield (
-                quote(relative, safe="/="),
+                relative,  # as on storage: delta-rs percent-encodes it in the log
                 int(size),
                 json.dumps(values),
                 file_stats(data),

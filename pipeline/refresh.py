@@ -23,6 +23,7 @@ from pipeline.copies import (
     plan_refresh,
 )
 from pipeline.copy_job import IN_PROCESS_BYTES, run_copy_job
+from pipeline.session import spark_context
 
 log = logging.getLogger("lakeshare.pipeline.copies")
 
@@ -104,7 +105,7 @@ def _wait_for_running_tasks(spark: Any, timeout_seconds: float = 120.0) -> None:
     """Wait until the session runs no stage (Spark reports a job failed as soon as one
     task fails, while its other tasks still run). Spark Connect exposes no status
     tracker: there, files a late task writes are left to `sweep`."""
-    context = getattr(spark, "sparkContext", None)
+    context = spark_context(spark)
     if context is None:
         return
     tracker = context.statusTracker()

@@ -16,6 +16,7 @@ from typing import Any
 
 from sharing.config import SchemaConfig, ServerConfig, ShareConfig, TableConfig
 from sharing.errors import InvalidParameter, ResourceNotFound
+from sharing.s3.scope import ACCESS_MODES, directory_location
 from sharing.slices import BoundFilter, Viewer, bind, parse_partition_filter
 from sharing.tokens import TokenCodec, TokenError
 
@@ -41,11 +42,30 @@ class SharedTable:
     config: TableConfig
     recipient: str | None = None
     partition_filter: BoundFilter | None = None
+    # A shared view (sharing.views): the id of the tuple of property values whose
+    # materialization `config.location` names.
+    view_tuple: str = ""
+    # Set on the compatible copy of a table (TableService.copy_of): the table it copies.
+    # `config` is then the source's with the copy's location; everything a recipient sees
+    # (names, id, history, slice) stays the source's.
+    source: SharedTable | None = None
+
+    @property
+    def from_copy(self) -> bool:
+        """Whether this is a table's compatible copy (served for the parquet format)."""
+        return self.source is not None
 
     @property
     def slice_key(self) -> str:
-        """What caches and tokens key on besides the table: the bound filter ("" for none)."""
+        """What caches and tokens key on besides the table: the bound filter or the view's
+        tuple ("" for neither)."""
+        if self.view_tuple:
+            return f"view:{self.view_tuple}"
         return "" if self.partition_filter is None else self.partition_filter.key
+
+    @property
+    def is_view(self) -> bool:
+        return self.config.view is not None
 
     @property
     def full_name(self) -> str:
@@ -56,7 +76,7 @@ class SharedTable:
 class Page:
     """One page of a list API: its items and the token for the next page (None when last)."""
 
-    items: tuple[dict[str, str], ...]
+    items: tuple[dict[str, Any], ...]
     next_page_token: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -69,8 +89,19 @@ class Page:
         return body
 
 
-def _table_item(name: str, schema: str, share: str, table_id: str) -> dict[str, str]:
-    return {"name": name, "schema": schema, "share": share, "id": table_id}
+def _table_item(
+    share: ShareConfig, schema: SchemaConfig, table: TableConfig, share_as: str, schema_as: str
+) -> dict[str, Any]:
+    """A listed table; `share_as`/`schema_as` echo the names as the request spelled them.
+    A table with directory access (sharing.s3.scope) gets its `location` and
+    `accessModes`, in the protocol's field order; others have neither."""
+    item: dict[str, Any] = {"name": table.name, "schema": schema_as, "share": share_as}
+    location = directory_location(share.name, schema.name, table)
+    if location is not None:
+        item["location"] = location
+        item["accessModes"] = list(ACCESS_MODES)
+    item["id"] = table.id
+    return item
 
 
 _MAX_VIEWS = 1024
@@ -196,6 +227,8 @@ class Catalog:
             raise self._table_not_found(share, schema, table) from None
         wanted = table.lower()
         for candidate in schema_config.tables:
+            if candidate.view is not None and candidate.name.lower() == wanted:
+                return self._view(share_config.name, schema_config.name, candidate)
             if candidate.name.lower() == wanted:
                 return SharedTable(
                     share=share_config.name,
@@ -206,6 +239,23 @@ class Catalog:
                     partition_filter=self._bound_filter(candidate),
                 )
         raise self._table_not_found(share, schema, table)
+
+    def _view(self, share: str, schema: str, entry: TableConfig) -> SharedTable:
+        """A view as this viewer sees it: the materialization of the tuple its current
+        properties give (sharing.views.materializations)."""
+        from sharing.views.materializations import served_entry
+
+        properties = self._viewer.properties if self._viewer is not None else ()
+        name = f"{share}.{schema}.{entry.name}"
+        served, tuple_id = served_entry(entry, name, self._config.views.location, properties)
+        return SharedTable(
+            share=share,
+            schema=schema,
+            name=entry.name,
+            config=served,
+            recipient=self._viewer.recipient if self._viewer is not None else None,
+            view_tuple=tuple_id,
+        )
 
     @staticmethod
     def _table_not_found(share: str, schema: str, table: str) -> ResourceNotFound:
@@ -236,7 +286,10 @@ class Catalog:
     ) -> Page:
         share_config = self.get_share(share)
         schema_config = self.get_schema(share, schema)
-        items = [_table_item(table.name, schema, share, table.id) for table in schema_config.tables]
+        items = [
+            _table_item(share_config, schema_config, table, share, schema)
+            for table in schema_config.tables
+        ]
         return self._page(
             "tables", share_config.name, schema_config.name, items, max_results, page_token
         )
@@ -246,7 +299,7 @@ class Catalog:
     ) -> Page:
         share_config = self.get_share(share)
         items = [
-            _table_item(table.name, schema.name, share, table.id)
+            _table_item(share_config, schema, table, share, schema.name)
             for schema in share_config.schemas
             for table in schema.tables
         ]
@@ -257,7 +310,7 @@ class Catalog:
         api: str,
         share: str,
         schema: str,
-        items: list[dict[str, str]],
+        items: list[dict[str, Any]],
         max_results: int | None,
         page_token: str | None,
     ) -> Page:

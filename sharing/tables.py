@@ -9,6 +9,12 @@ files shared by the server's worker processes (deltalog.snapshot_store). Version
 and timestamp parameters are resolved here with the reference server's messages, and
 deltalog errors become protocol errors.
 
+A table with `compatibleCopy: true` has a second Delta table beside it, its copy
+(sharing.copies): `copy_of` gives it as a `SharedTable` whose `source` is the original,
+and `resolve` / `pinned` on it answer in the source's version numbers (the copy version
+that materializes the asked source version is found here; one it does not hold is an
+error naming the table, never another version's rows).
+
 This module is the server's one door to the log reader: snapshots, version resolution,
 the commits of a version range (streaming and change data feed) and the change data feed
 checks all go through `TableService`, and only here are `deltalog.history`,
@@ -18,6 +24,7 @@ so the planners in sharing/query speak only in sharing terms.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -46,10 +53,21 @@ from deltalog.errors import (
     UnsupportedFeatureError,
     VersionNotFoundError,
 )
+from deltalog.loading import observing
 from deltalog.snapshot_store import SnapshotStore
 from deltalog.storage import resolve
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
+from sharing.copies import (
+    CopyLacksVersion,
+    CopyNotMaterialized,
+    CopyVersion,
+    commit_versions,
+    copy_app_id,
+    copy_location,
+    holding,
+    newest_before,
+)
 from sharing.errors import (
     InvalidParameter,
     MalformedRequest,
@@ -62,6 +80,7 @@ from sharing.errors import (
 )
 from sharing.skipping.warm import StatsWarmer
 from sharing.storage_errors import access_denied
+from sharing.views.materializations import ViewNotMaterialized
 
 __all__ = [
     "ChangeCommit",
@@ -95,6 +114,13 @@ class ResolvedSnapshot:
     snapshot: deltalog.Snapshot
     time_travel: bool
     commit_timestamp: int | None = None
+    # Served from a compatible copy: the source version the copy's snapshot holds.
+    source_version: int | None = None
+
+    @property
+    def version(self) -> int:
+        """The version the recipient is told: the source's, also when served from a copy."""
+        return self.snapshot.version if self.source_version is None else self.source_version
 
 
 class TableService:
@@ -126,6 +152,10 @@ class TableService:
         self._tables: OrderedDict[_TableKey, deltalog.DeltaTable] = OrderedDict()
         self._latest: dict[_TableKey, deltalog.Snapshot] = {}
         self._lock = threading.Lock()
+        self._views_location = config.views.location
+        self._retry_after = config.views.refresh_interval_seconds
+        # Per copy location: the source version each copy version read so far holds.
+        self._copy_versions: dict[tuple[str, str], list[CopyVersion]] = {}
 
     # -- tables and snapshots ----------------------------------------------------------------
 
@@ -269,7 +299,10 @@ class TableService:
     def resolve(
         self, shared: SharedTable, *, version: int | None, timestamp: str | None
     ) -> ResolvedSnapshot:
-        """The snapshot for `version` or `timestamp` (at most one), else the latest."""
+        """The snapshot for `version` or `timestamp` (at most one), else the latest (of
+        the copy holding that source version, for a copy)."""
+        if shared.source is not None:
+            return self._resolve_copy(shared, shared.source, version, timestamp)
         if version is None and timestamp is None:
             snapshot = self.latest(shared)
             self._check_start_version(shared, snapshot.version)
@@ -287,13 +320,170 @@ class TableService:
             committed = history.commit_timestamp(table, version)
         return ResolvedSnapshot(snapshot, time_travel=True, commit_timestamp=committed)
 
+    def resolve_early(self, shared: SharedTable) -> ResolvedSnapshot | deltalog.SnapshotLoading:
+        """`resolve` of the latest snapshot, except when the table has none in memory yet
+        (a cold load): then the load runs on a thread of its own, and once it knows the
+        version's head (deltalog.loading) the load itself is returned, so the caller can
+        go through the files as they are read. A load that finds the snapshot without
+        reading a checkpoint (a store file, a concurrent request's load, a log without
+        a checkpoint) announces no head: its snapshot is returned when it is done. Either
+        way the load ends in `latest`'s bookkeeping, so the next request finds it. A
+        compatible copy is resolved as always (its versions are told as the source's)."""
+        if shared.source is not None:
+            return self.resolve(shared, version=None, timestamp=None)
+        table = self.delta_table(shared)
+        with self._lock:
+            cached = self._latest.get(_cache_key(shared))
+        if table.has_latest or (self._stale_ok and cached is not None):
+            return self.resolve(shared, version=None, timestamp=None)
+        loading = deltalog.SnapshotLoading()
+
+        def load() -> None:
+            try:
+                with observing(loading):
+                    snapshot = self.latest(shared)
+            except BaseException as exc:  # handed to the request, raised there
+                loading.fail(exc)
+            else:
+                loading.finish(snapshot)
+
+        threading.Thread(target=load, name="snapshot-load", daemon=True).start()
+        head = loading.wait_head()
+        if head is None:
+            snapshot = loading.result()
+            self._check_start_version(shared, snapshot.version)
+            return ResolvedSnapshot(snapshot, time_travel=False)
+        self._check_start_version(shared, head.version)
+        return loading
+
     def resolve_fresh(self, shared: SharedTable) -> ResolvedSnapshot | None:
         """`resolve` of the latest snapshot when `fresh_latest` has it, else None."""
         snapshot = self.fresh_latest(shared)
         if snapshot is None:
             return None
+        if shared.source is not None:
+            held = self._held_by(shared, snapshot)
+            self._check_start_version(shared.source, held)
+            return ResolvedSnapshot(snapshot, time_travel=False, source_version=held)
         self._check_start_version(shared, snapshot.version)
         return ResolvedSnapshot(snapshot, time_travel=False)
+
+    def pinned(self, shared: SharedTable, version: int, time_travel: bool) -> ResolvedSnapshot:
+        """The snapshot a page or refresh token pinned (`version` as the recipient was
+        told it: the source's, for a copy)."""
+        if time_travel:
+            return self.resolve(shared, version=version, timestamp=None)
+        if shared.source is None:
+            return ResolvedSnapshot(self.at_version(shared, version), False)
+        copy_version = self._copy_version_holding(shared, shared.source, version)
+        snapshot = self.at_version(shared, copy_version)
+        return ResolvedSnapshot(snapshot, False, source_version=version)
+
+    # -- compatible copies -------------------------------------------------------------------
+
+    def copy_of(self, shared: SharedTable) -> SharedTable:
+        """The compatible copy of a table with `compatibleCopy: true`, as a table of its
+        own (its location under `views.location`, opened with the backend's defaults as
+        the refresher writes it) that remembers its source."""
+        if self._views_location is None:
+            raise CopyNotMaterialized(shared.full_name, self._retry_after)
+        location = copy_location(self._views_location, shared.full_name)
+        config = shared.config.model_copy(update={"location": location, "storage": ()})
+        return dataclasses.replace(shared, config=config, source=shared)
+
+    def _resolve_copy(
+        self, copy: SharedTable, source: SharedTable, version: int | None, timestamp: str | None
+    ) -> ResolvedSnapshot:
+        if version is None and timestamp is None:
+            snapshot = self.latest(copy)
+            held = self._held_by(copy, snapshot)
+            self._check_start_version(source, held)
+            return ResolvedSnapshot(snapshot, time_travel=False, source_version=held)
+        require_history(source)
+        table = self.delta_table(source)
+        if version is None:
+            assert timestamp is not None
+            ts = parse_timestamp(timestamp)
+            with self.errors(source):
+                version = history.version_at_or_before(table, ts)
+        self._check_start_version(source, version)
+        snapshot = self.at_version(copy, self._copy_version_holding(copy, source, version))
+        with self.errors(source):
+            committed = history.commit_timestamp(table, version)
+        return ResolvedSnapshot(
+            snapshot, time_travel=True, commit_timestamp=committed, source_version=version
+        )
+
+    @staticmethod
+    def _held_by(copy: SharedTable, snapshot: deltalog.Snapshot) -> int:
+        """The source version a snapshot of a copy materializes (its app transaction)."""
+        held = snapshot.txns.get(copy_app_id(copy.full_name))
+        if held is None:  # not written by the refresher: never serve it as the source
+            log.error(
+                "the compatible copy of %s at %s carries no app transaction %s",
+                copy.full_name,
+                snapshot.table_root,
+                copy_app_id(copy.full_name),
+            )
+            raise TableUnreadable()
+        return held
+
+    def _copy_version_holding(self, copy: SharedTable, source: SharedTable, version: int) -> int:
+        """The copy version whose rows are exactly the source's at `version`: the one that
+        materializes it, else the one holding the newest older source version when no
+        commit in between changed data, metadata or protocol. CopyLacksVersion otherwise;
+        a version the source never had is the usual version error."""
+        latest = self.latest(copy)
+        if self._held_by(copy, latest) == version:
+            return latest.version
+        versions = self._copy_history(copy, latest)
+        exact = holding(versions, version)
+        if exact is not None:
+            return exact.copy_version
+        source_table = self.delta_table(source)
+        with self.errors(source):
+            source_latest = source_table.latest_version()
+        if version > source_latest:
+            raise MalformedRequest(
+                f"Cannot load table version {version} as it does not exist. "
+                f"The latest available version is {source_latest}."
+            )
+        older = newest_before(versions, version)
+        if older is not None and self._unchanged(source, older.source_version, version):
+            return older.copy_version
+        raise CopyLacksVersion(source.full_name, version, versions)
+
+    def _copy_history(self, copy: SharedTable, latest: deltalog.Snapshot) -> list[CopyVersion]:
+        """Which source version each copy version up to `latest` holds; read once per
+        copy version (cached per location, extended by the commits since)."""
+        # A copy made again from scratch (a new table id) starts a new list.
+        location = (copy.config.location, latest.metadata.id)
+        with self._lock:
+            known = self._copy_versions.get(location, [])
+        last = known[-1].copy_version if known else -1
+        if last >= latest.version:
+            return [v for v in known if v.copy_version <= latest.version]
+        table = self.delta_table(copy)
+        with self.errors(copy):
+            first = max(last + 1, table.earliest_version())
+            more = commit_versions(table, copy_app_id(copy.full_name), first, latest.version)
+        versions = [v for v in known if v.copy_version < first] + more
+        with self._lock:
+            self._copy_versions[location] = versions
+        return versions
+
+    def _unchanged(self, source: SharedTable, held: int, version: int) -> bool:
+        """Whether the source's commits `held+1..version` leave its rows, schema and
+        protocol as at `held` (no data-changing file action; only so many are read)."""
+        if version - held > _MAX_UNCHANGED_COMMITS:
+            return False
+        return all(
+            commit.adds.num_rows == 0
+            and commit.removes.num_rows == 0
+            and commit.metadata is None
+            and commit.protocol is None
+            for commit in self.data_changes(source, held + 1, version)
+        )
 
     def version_for_starting_timestamp(self, shared: SharedTable, text: str) -> int:
         """The earliest version committed at or after `text` (GET /version): the first
@@ -357,6 +547,10 @@ class TableService:
         except SharingError:
             raise
         except TableNotFoundError as exc:
+            if shared.is_view:
+                raise ViewNotMaterialized(shared.full_name, self._retry_after) from exc
+            elif shared.source is not None:
+                raise CopyNotMaterialized(shared.full_name, self._retry_after) from exc
             log.warning(
                 "shared table %s: no Delta table at %s (%s)",
                 shared.full_name,
@@ -393,6 +587,10 @@ class TableService:
 
 
 _TableKey = tuple[str, tuple[tuple[str, Any], ...]]
+
+# A source version a copy does not materialize is served from the copy's older version
+# only after checking that the commits in between changed nothing; at most this many.
+_MAX_UNCHANGED_COMMITS = 1000
 
 SNAPSHOT_CACHE_OFF = "off"
 

@@ -15,6 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from app.auth import BearerChallenge
@@ -87,7 +88,9 @@ async def _metrics_token(request: Request) -> None:
 
 async def _metrics(request: Request) -> Response:
     metrics: Metrics = request.app.state.metrics
-    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    # In a thread: rendering reads the refresher's records from the state store.
+    body = await run_in_threadpool(metrics.render)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 def _signing_check(tokens: TokenCodec) -> Callable[[], object]:

@@ -5,7 +5,7 @@ authentication's included, answer in the catalog's shape."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -15,11 +15,14 @@ from app.auth import authenticate, catalog_for
 from app.limits import admit
 from app.responses import JsonResponse
 from app.routing import ProtocolRoute
+from deltalog.storage.base import Storage
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
 from sharing.credentials import TemporaryCredentials
+from sharing.credentials import vend as vend_cloud
 from sharing.errors import SharingError
 from sharing.iceberg.catalog import (
+    CloudVending,
     IcebergError,
     KeyVending,
     ShareCatalog,
@@ -28,6 +31,7 @@ from sharing.iceberg.catalog import (
 )
 from sharing.iceberg.generator import IcebergMetadata
 from sharing.recipients.model import Principal
+from sharing.s3.scope import iceberg_scope
 from sharing.s3.vending import endpoint_url, vend_local
 
 __all__ = ["OAUTH_PATH", "PATH", "routes"]
@@ -89,7 +93,8 @@ async def list_tables(request: Request) -> Response:
 
 def _key_vending(request: Request) -> KeyVending:
     """Keys of the server's S3 endpoint for the request's recipient (the same vending as
-    `temporary-table-credentials` for local tables), so a client on another machine reads
+    `temporary-table-credentials` for local tables, limited to the files the recipient's
+    metadata names where the folder holds more), so a client on another machine reads
     local tables without `file://`."""
     config: ServerConfig = request.app.state.config
     principal: Principal = request.state.principal
@@ -104,7 +109,19 @@ def _key_vending(request: Request) -> KeyVending:
             requested=None,
             validity_seconds=config.temporary_credential_validity_seconds,
             endpoint=endpoint,
+            key_scope=iceberg_scope(shared),
         )
+
+    return vend
+
+
+def _cloud_vending(request: Request) -> CloudVending:
+    """The table's cloud credentials for the request's recipient (the vending of
+    `temporary-table-credentials`), reaching also the table's generated metadata."""
+    config: ServerConfig = request.app.state.config
+
+    def vend(shared: SharedTable, storage: Storage, also: Sequence[str]) -> TemporaryCredentials:
+        return vend_cloud(shared, storage, None, config.temporary_credential_validity_seconds, also)
 
     return vend
 
@@ -116,9 +133,18 @@ async def load_table(request: Request) -> Response:
         return Response(status_code=204)
     await admit(request)
     loaded = await run_in_threadpool(
-        warehouse.load_table, path["namespace"], path["table"], _key_vending(request)
+        warehouse.load_table,
+        path["namespace"],
+        path["table"],
+        _key_vending(request),
+        request.query_params.get("snapshots"),
+        request.headers.get("if-none-match"),
+        _cloud_vending(request),
     )
-    return JsonResponse(loaded)
+    headers = {"ETag": loaded.etag}
+    if loaded.body is None:
+        return Response(status_code=304, headers=headers)
+    return JsonResponse(loaded.body, headers=headers)
 
 
 async def report_metrics(request: Request) -> Response:

@@ -1,11 +1,12 @@
 """The server's S3-compatible endpoint for local tables: `{endpoint}/s3/{bucket}/{key}`,
 path-style, one bucket per shared table (sharing.s3.keys.bucket_for).
 
-Authorised by SigV4 with the keys `temporary-table-credentials` vends for local tables, not
-by the bearer token; read only (GET/HEAD objects with ranges, ListObjectsV2 in the table's
-folder). Errors are S3's XML. Each request is audited like a signed file download: served
-ones as the key's holder, refused ones with the holder verified (once the signature held)
-or as only claimed.
+Authorised by SigV4 with the keys `temporary-table-credentials` and `loadTable` vend for
+local tables, not by the bearer token; read only (GET/HEAD objects with ranges, within
+what the key opens: sharing.s3.objects; ListObjectsV2 in the table's folder). Errors are
+S3's XML. Each request is audited like a signed file download: served ones as the key's
+holder, refused ones with the holder verified (once the signature held) or as only
+claimed.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from starlette.responses import Response, StreamingResponse
 from app.audit import attribute_to, refused
 from app.logs import request_id_var
 from sharing.errors import ResourceNotFound, SharingError
-from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata
 from sharing.presign.local_verify import LocalFile, OpenedFile, RangeNotSatisfiable
 from sharing.recipients.refusals import Reason, Refusal
-from sharing.s3.access import Grant, KeyChecker, ListedObject, TableFolder
+from sharing.s3.access import Grant, KeyChecker
 from sharing.s3.errors import S3Error, error_xml
 from sharing.s3.listing import ListRequest, http_date, list_objects
+from sharing.s3.objects import TableObjects
 
 __all__ = ["router"]
 
@@ -38,6 +39,11 @@ _WRITES = ["PUT", "POST", "DELETE", "PATCH"]
 def _checker(request: Request) -> KeyChecker:
     checker: KeyChecker = request.app.state.s3_keys
     return checker
+
+
+def _objects(request: Request) -> TableObjects:
+    objects: TableObjects = request.app.state.s3_objects
+    return objects
 
 
 def _error(request: Request, error: S3Error, resource: str) -> Response:
@@ -98,6 +104,7 @@ async def bucket_request(request: Request, bucket: str) -> Response:
         if request.method == "HEAD":
             return Response(status_code=200, headers={"x-amz-bucket-region": "us-east-1"})
         listing = ListRequest.parse(request.query_params)
+        TableObjects.check_listable(grant)
         body = await run_in_threadpool(list_objects, grant.folder(), bucket, listing)
     except S3Error as exc:
         return _error(request, exc, f"/{bucket}")
@@ -112,7 +119,7 @@ async def object_request(request: Request, bucket: str, path: str) -> Response:
     head = request.method == "HEAD"
     try:
         grant = await _granted(request, bucket)
-        found = await run_in_threadpool(_find, request, grant, path)
+        found = await run_in_threadpool(_objects(request).find, grant, path)
         local = LocalFile(found.key, found.size)
         opened = await run_in_threadpool(_open, local, request.headers.get("range"), head)
     except S3Error as exc:
@@ -129,19 +136,6 @@ async def object_request(request: Request, bucket: str, path: str) -> Response:
     return StreamingResponse(
         opened.chunks(), status_code=reply.status, headers=headers, media_type=_OCTETS
     )
-
-
-def _find(request: Request, grant: Grant, key: str) -> ListedObject:
-    """The file a key names: in the table's folder, or under GENERATED_PREFIX the table's
-    generated Iceberg files (sharing.iceberg.generator), only those named on this bucket."""
-    if not key.startswith(GENERATED_PREFIX):
-        return grant.folder().open(key)
-    metadata: IcebergMetadata = request.app.state.iceberg_metadata
-    try:
-        root = metadata.generated_root(grant.shared, grant.claims.bucket)
-    except SharingError:
-        raise S3Error.no_such_key() from None
-    return TableFolder(str(root)).open(key[len(GENERATED_PREFIX) :])
 
 
 def _open(found: LocalFile, range_header: str | None, head: bool) -> OpenedFile:

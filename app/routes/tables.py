@@ -60,6 +60,21 @@ async def get_version(request: Request) -> Response:
     shared = catalog_for(request).get_table(path["share"], path["schema"], path["table"])
     tables: TableService = request.app.state.tables
     starting_timestamp = request.query_params.get("startingTimestamp")
+    if starting_timestamp is None and shared.config.compatible_copy:
+        # A parquet-only client is told the version the table's compatible copy holds.
+        planner, caps = await get_planner(request), await request_capabilities(request)
+        served = planner.served_at_once(shared, caps)
+        if served is None:
+            await admit(request)
+            served = await run_in_threadpool(planner.served, shared, caps)
+        if served is not shared:
+            resolved = tables.resolve_fresh(served)
+            if resolved is None:
+                await admit(request)
+                resolved = await run_in_threadpool(
+                    lambda: tables.resolve(served, version=None, timestamp=None)
+                )
+            return Response(status_code=200, headers={VERSION_HEADER: str(resolved.version)})
     if starting_timestamp is None:
         # Within the refresh window the answer is in memory: no thread hand-off.
         snapshot = tables.fresh_latest(shared)

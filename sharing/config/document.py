@@ -60,6 +60,8 @@ def _refuse_misspelt_required(
             continue
         for marker in field.metadata:
             if isinstance(marker, Required):
+                if marker.unless is not None and raw.get(marker.unless) is not None:
+                    continue
                 near = difflib.get_close_matches(alias, unknown, n=1)
                 if near:
                     raise ConfigError(

@@ -136,7 +136,10 @@ def _strict(raw: Mapping[Any, Any], context: LoadContext) -> bool:
 
 
 def _finish(config: ServerConfig, context: LoadContext) -> ServerConfig:
+    from sharing.views.sources import check_view_sources
+
     shares = tuple(with_default_ids(share) for share in config.shares)
+    check_view_sources(shares)
     _warn_shared_ids(shares, context)
     used = {t.storage_profile for s in shares for d in s.schemas for t in d.tables}
     for name in sorted({name for name, _ in config.storage_profiles} - used):

@@ -113,11 +113,32 @@ def _partition_filter(value: str | None) -> str | None:
     return value
 
 
+def _view_sql(value: str | None) -> str | None:
+    """The view's SQL is checked here (one deterministic query over tables); the tables it
+    names against the configuration by the loader (sharing.views.check_view_sources)."""
+    from sharing.views.sql import ViewSqlError, parse_view
+
+    if value is None or not value.strip():
+        return None
+    try:
+        parse_view(value)
+    except ViewSqlError as exc:
+        raise Problem(f"invalid view: {exc}", named=False) from None
+    return value
+
+
 class TableConfig(Section):
     kind: ClassVar[str] = "table"
 
     name: Annotated[Name, Required("'name' in a table must be provided")]
-    location: Annotated[Text, Required("'location' in a table must be provided")]
+    # The Delta table; or `view` instead.
+    location: Annotated[Text, Required("'location' in a table must be provided", unless="view")] = (
+        ""
+    )
+    # A shared view: Spark SQL over configured tables (share.schema.table) or
+    # delta.`<uri>`, with current_recipient('key'); materialized per tuple of property
+    # values under `views.location` (sharing.views, `lakeshare views refresh`).
+    view: Annotated[OptionalText, AfterValidator(_view_sql)] = None
     id: TableId = ""  # empty: the loader sets default_table_id(share, schema, name)
     history_shared: Boolean = False
     start_version: Annotated[Integer, check(lambda v: v >= 0, "a non-negative integer")] = 0
@@ -130,16 +151,40 @@ class TableConfig(Section):
     # `views.location` for clients that read only the parquet format (`lakeshare views
     # refresh`, pipeline.copies).
     compatible_copy: Boolean = False
+    # How often `lakeshare views refresh --watch` refreshes this entry's copy (and view);
+    # 0: `views.refreshIntervalSeconds`.
+    refresh_interval_seconds: NonNegative = 0
     # Backend option names and values: the profile's, then the table's own `storage:`
     # mapping (camelCase keys in the file) on top. Never shown.
     storage: Annotated[StorageOptions, PreparedBy(table_settings)] = Field(
         default=(), repr=False, validate_default=True
     )
 
+    @model_validator(mode="after")
+    def _location_or_view(self) -> Self:
+        if self.view is None:
+            if not self.location:  # e.g. an empty `view:`
+                raise Problem("'location' in a table must be provided", named=False)
+            return self
+        if self.location:
+            raise Problem("a table has either 'location' or 'view', not both", named=False)
+        for key, set_ in (
+            ("partitionFilter", self.partition_filter is not None),
+            ("compatibleCopy", self.compatible_copy),
+            ("storageProfile", self.storage_profile is not None),
+        ):
+            if set_:
+                raise Problem(
+                    f"'{key}' does not apply to a view (filter rows with current_recipient "
+                    "in the view's WHERE clause; sources keep their own storage settings)",
+                    named=False,
+                )
+        return self
+
     @field_validator("storage", mode="before")
     @classmethod
     def _resolve_storage(cls, value: Any, info: ValidationInfo) -> StorageOptions:
-        if "location" not in info.data:  # already reported
+        if not info.data.get("location"):  # a view, or already reported
             return ()
         own: Mapping[str, Any] | None
         if isinstance(value, Mapping):
@@ -221,6 +266,9 @@ class ViewsConfig(Section):
     location: Annotated[OptionalText, AfterValidator(_views_location)] = None
     spark: ViewsSparkConfig = ViewsSparkConfig()
     refresh_interval_seconds: Positive = 300
+    # Work on source files totalling at most this many bytes runs in the refresher's own
+    # process instead of a Spark job (cheaper to do than to schedule); 0: always Spark.
+    in_process_bytes: NonNegative = 8 << 20
 
 
 # --- authorization and TLS ------------------------------------------------------------------
@@ -587,6 +635,31 @@ def _profiles(value: object) -> object:
 StorageProfiles = tuple[tuple[str, StorageOptions], ...]
 
 
+def _metadata_locations(value: tuple[str, ...]) -> tuple[str, ...]:
+    from sharing.credentials.location import parse_location
+
+    cleaned = tuple(item.strip().rstrip("/") for item in value if item.strip())
+    for item in cleaned:
+        if parse_location(item) is None:
+            raise Problem(
+                f"{item!r} is not a cloud location (s3://bucket/prefix, gs://bucket/prefix, "
+                "abfss://container@account.dfs.core.windows.net/prefix)"
+            )
+    return cleaned
+
+
+class IcebergConfig(Section):
+    """The Iceberg catalog (sharing.iceberg): `cache_dir` is where generated metadata is
+    kept (unset: `<snapshotCacheDir>/iceberg` when the snapshot store is on, else
+    `lakeshare-iceberg` in the system's temporary folder)."""
+
+    cache_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
+    # Cloud locations (one per cloud account or bucket the tables live in) where a cloud
+    # table's generated metadata is copied, so the credentials vended for the table reach
+    # it (sharing.iceberg.publish); a table whose cloud has none is served without them.
+    metadata_location: Annotated[Texts, AfterValidator(_metadata_locations)] = ()
+
+
 class ServerConfig(Section):
     """The whole server configuration. Attribute names are the YAML keys in snake_case."""
 
@@ -651,6 +724,7 @@ class ServerConfig(Section):
     recipients: Sections[RecipientConfig] = ()
     store: StoreConfig = StoreConfig()
     views: ViewsConfig = ViewsConfig()
+    iceberg: IcebergConfig = IcebergConfig()
     basic_auth: BasicAuthConfig = BasicAuthConfig()
     admin: AdminConfig | None = None
     allow_anonymous: Boolean = False

@@ -53,6 +53,7 @@ class Required:
 
     message: str
     empty_allowed: bool = False
+    unless: str | None = None  # another key that stands in for this one (a table's `view`)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ class Section(BaseModel):
         for name, field in cls.model_fields.items():
             for marker in field.metadata:
                 if isinstance(marker, Required):
+                    if marker.unless is not None and data.get(marker.unless) is not None:
+                        continue
                     value = data.get(field.alias or name, data.get(name))
                     if value is None or (value == "" and not marker.empty_allowed):
                         raise Problem(marker.message, named=False)

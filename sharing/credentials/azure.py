@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import time
 import weakref
+from collections.abc import Sequence
 from urllib.parse import quote, urlsplit
 
 from azure.core.exceptions import AzureError
@@ -39,6 +40,7 @@ FLAT_NAMESPACE = (
     "its Azure storage account has no hierarchical namespace, so a SAS cannot be limited to "
     "the table's directory (only to its whole container, which holds other data)"
 )
+ONE_DIRECTORY = "one Azure SAS cannot cover both the table and its generated Iceberg metadata"
 _HNS: weakref.WeakKeyDictionary[AzureStorage, bool] = weakref.WeakKeyDictionary()
 
 
@@ -129,8 +131,16 @@ def vend(
     location: str,
     requested: CloudLocation,
     validity_seconds: int,
+    also: Sequence[CloudLocation] = (),
 ) -> TemporaryCredentials:
-    """A read+list SAS on `requested`'s directory (or the container, when it is the table)."""
+    """A read+list SAS on `requested`'s directory (or the container, when it is the table).
+    A SAS has one directory: `also` (more locations under the same credential) is refused."""
+    if also:
+        raise NotVendable(
+            ONE_DIRECTORY,
+            "an Azure SAS covers one directory: the table's generated Iceberg metadata "
+            "(iceberg.metadataLocation) cannot share the table's SAS",
+        )
     azure = as_backend(storage, AzureStorage)
     _signing_key_check(azure)
     directory = _directory(azure, table, requested)

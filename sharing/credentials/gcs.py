@@ -19,6 +19,7 @@ import datetime as dt
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import google.auth
@@ -47,9 +48,20 @@ def _cel_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def access_boundary(bucket: str, prefix: str) -> dict[str, Any]:
+def access_boundary(
+    bucket: str, prefix: str, also: Sequence[tuple[str, str]] = ()
+) -> dict[str, Any]:
     """The Credential Access Boundary: read objects and list names under `prefix/` only
-    (the whole bucket when the location is the bucket itself)."""
+    (the whole bucket when the location is the bucket itself), and under each (bucket,
+    prefix) of `also`."""
+    return {
+        "accessBoundary": {
+            "accessBoundaryRules": [_rule(b, p) for b, p in [(bucket, prefix), *also]]
+        }
+    }
+
+
+def _rule(bucket: str, prefix: str) -> dict[str, Any]:
     rule: dict[str, Any] = {
         "availablePermissions": ["inRole:roles/storage.objectViewer"],
         "availableResource": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
@@ -64,7 +76,7 @@ def access_boundary(bucket: str, prefix: str) -> dict[str, Any]:
                 f"'storage.googleapis.com/objectListPrefix', '').startsWith({listed})"
             ),
         }
-    return {"accessBoundary": {"accessBoundaryRules": [rule]}}
+    return rule
 
 
 def _load_source(storage: GcsStorage) -> Any:
@@ -129,8 +141,9 @@ def vend(
     location: str,
     requested: CloudLocation,
     validity_seconds: int,
+    also: Sequence[CloudLocation] = (),
 ) -> TemporaryCredentials:
-    """A downscoped token that can read (and list) `requested` only."""
+    """A downscoped token that can read (and list) `requested` and `also` only."""
     del table, validity_seconds  # a downscoped token lives as long as its source token
     source = _source(as_backend(storage, GcsStorage))
     request = google.auth.transport.requests.Request()
@@ -144,7 +157,9 @@ def vend(
             subject_token=source.token,
             subject_token_type=_ACCESS_TOKEN,
             requested_token_type=_ACCESS_TOKEN,
-            additional_options=access_boundary(requested.bucket, requested.prefix),
+            additional_options=access_boundary(
+                requested.bucket, requested.prefix, [(a.bucket, a.prefix) for a in also]
+            ),
         )
         token = str(response["access_token"])
     except (auth_exceptions.GoogleAuthError, KeyError, ValueError, TypeError) as exc:

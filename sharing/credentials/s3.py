@@ -14,6 +14,7 @@ server does. The STS endpoint is the table's `endpointUrl` when one is set
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
@@ -40,22 +41,38 @@ def _partition(region: str) -> str:
     return "aws"
 
 
-def session_policy(bucket: str, prefix: str, region: str, *, with_list: bool = True) -> str:
-    """The inline policy: read objects under `prefix/`, list only prefixes under it."""
-    arn = f"arn:{_partition(region)}:s3:::{bucket}"
-    objects = f"{arn}/{prefix}/*" if prefix else f"{arn}/*"
+def session_policy(
+    bucket: str,
+    prefix: str,
+    region: str,
+    *,
+    with_list: bool = True,
+    also: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The inline policy: read objects under `prefix/` (and under each (bucket, prefix) of
+    `also`), list only prefixes under them."""
+    partition = _partition(region)
+    locations = [(bucket, prefix), *also]
+    objects = [
+        f"arn:{partition}:s3:::{b}/{p}/*" if p else f"arn:{partition}:s3:::{b}/*"
+        for b, p in locations
+    ]
     statements: list[dict[str, Any]] = [
-        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects]}
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": objects}
     ]
     if with_list:
-        statements.append(
-            {
-                "Effect": "Allow",
-                "Action": ["s3:ListBucket"],
-                "Resource": [arn],
-                "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*" if prefix else "*"]}},
-            }
-        )
+        listed: dict[str, list[str]] = {}
+        for b, p in locations:
+            listed.setdefault(b, []).append(f"{p}/*" if p else "*")
+        for b, prefixes in listed.items():
+            statements.append(
+                {
+                    "Effect": "Allow",
+                    "Action": ["s3:ListBucket"],
+                    "Resource": [f"arn:{partition}:s3:::{b}"],
+                    "Condition": {"StringLike": {"s3:prefix": prefixes}},
+                }
+            )
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, separators=(",", ":"))
 
 
@@ -127,19 +144,22 @@ def vend(
     location: str,
     requested: CloudLocation,
     validity_seconds: int,
+    also: Sequence[CloudLocation] = (),
 ) -> TemporaryCredentials:
-    """STS credentials that can read (and list) `requested` only."""
+    """STS credentials that can read (and list) `requested` and `also` only."""
     check(storage, table)
     s3 = as_backend(storage, S3Storage)
     bucket, prefix = requested.bucket, requested.prefix
+    extra = [(a.bucket, a.prefix) for a in also]
     region = s3.bucket_region(bucket)
     try:
         try:
-            answer = _request(s3, region, session_policy(bucket, prefix, region), validity_seconds)
+            policy = session_policy(bucket, prefix, region, also=extra)
+            answer = _request(s3, region, policy, validity_seconds)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "PackedPolicyTooLarge":
                 raise
-            policy = session_policy(bucket, prefix, region, with_list=False)
+            policy = session_policy(bucket, prefix, region, with_list=False, also=extra)
             answer = _request(s3, region, policy, validity_seconds)
     except (ClientError, BotoCoreError) as exc:
         code = (

@@ -12,6 +12,7 @@ ERROR log line saying what to change; never a 500.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +22,7 @@ from sharing.catalog import SharedTable
 from sharing.credentials.base import CredentialsUnavailable, NotVendable, TemporaryCredentials
 from sharing.credentials.location import NOT_CLOUD, CloudLocation, check_location, parse_location
 from sharing.errors import Forbidden, InvalidParameter, UnsupportedOperation
+from sharing.views.materializations import refuse_view_history
 
 __all__ = ["VendingSupport", "require_history_for_credentials", "vend", "vending_support"]
 
@@ -41,8 +43,10 @@ class Vendor(Protocol):
         location: str,
         requested: CloudLocation,
         validity_seconds: int,
+        also: Sequence[CloudLocation] = (),
     ) -> TemporaryCredentials:
-        """Credentials for `requested` (within `table`), or NotVendable."""
+        """Credentials for `requested` (within `table`) and the `also` locations (the
+        table's generated Iceberg metadata, outside it), or NotVendable."""
         ...
 
 
@@ -73,6 +77,7 @@ def require_history_for_credentials(shared: SharedTable) -> None:
             "it is shared with a partition filter, which direct access to its files would "
             "bypass. Read it through the query APIs."
         )
+    refuse_view_history(shared.config, shared.full_name, "temporary table credentials")
     if not shared.config.history_shared:
         raise InvalidParameter(
             "Temporary table credentials are not supported because history sharing is not "
@@ -88,16 +93,28 @@ def _table_location(shared: SharedTable) -> CloudLocation:
 
 
 def vend(
-    shared: SharedTable, storage: Storage, requested: str | None, validity_seconds: int
+    shared: SharedTable,
+    storage: Storage,
+    requested: str | None,
+    validity_seconds: int,
+    also: Sequence[str] = (),
 ) -> TemporaryCredentials:
     """Credentials for `requested` (default: the table root) of a history-shared table whose
-    log is read through `storage`, valid for at most `validity_seconds`."""
+    log is read through `storage`, valid for at most `validity_seconds`; with `also`, the
+    same credentials reach those locations too (the Iceberg catalog's generated metadata
+    of this table, sharing.iceberg.publish; never given by a recipient)."""
     require_history_for_credentials(shared)
     location, wanted = check_location(shared.config.location, requested)
     table = _table_location(shared)
     vendor = _vendor(storage.kind)
+    extra = []
+    for uri in also:
+        parsed = parse_location(uri)
+        if parsed is None or parsed.kind is not storage.kind:
+            raise UnsupportedOperation(NOT_CLOUD)
+        extra.append(parsed)
     try:
-        return vendor.vend(storage, table, location, wanted, validity_seconds)
+        return vendor.vend(storage, table, location, wanted, validity_seconds, extra)
     except NotVendable as exc:
         log.error(
             "temporary credentials for table %s not issued: %s",

@@ -182,6 +182,12 @@ def encode(
     return out.getvalue()
 
 
+def header_metadata(data: bytes) -> dict[str, str]:
+    """The header metadata of an Avro file, without decoding its records."""
+    reader = fastavro.reader(io.BytesIO(data))
+    return {k: v for k, v in reader.metadata.items() if not k.startswith("avro.")}
+
+
 class AvroContent:
     """A decoded Avro file: its writer schema, header metadata and records."""
 

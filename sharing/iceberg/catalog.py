@@ -10,24 +10,31 @@ granted is the same `NotFound` as one that does not exist, and a table's partiti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from deltalog.storage.kinds import StorageKind
+from deltalog.storage.base import Storage
+from deltalog.storage.gcs import GcsStorage
+from deltalog.storage.kinds import StorageKind, as_backend
+from deltalog.storage.s3 import S3Storage
 from sharing.catalog import Catalog, SharedTable
-from sharing.credentials import TemporaryCredentials
+from sharing.credentials import CredentialsUnavailable, TemporaryCredentials
 from sharing.errors import ResourceNotFound, SharingError
-from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata
+from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata, location_of
+from sharing.iceberg.publish import same_cloud
 
 __all__ = [
     "ENDPOINTS",
     "NAMESPACE_SEPARATOR",
+    "CloudVending",
     "IcebergError",
     "KeyVending",
+    "LoadedTable",
     "ShareCatalog",
     "iceberg_error",
     "read_only",
@@ -82,7 +89,7 @@ def read_only(method: str) -> IcebergError:
 
 KeyVending = Callable[[SharedTable], TemporaryCredentials]
 """Vends a key of the server's S3 endpoint for a local table (sharing.s3.vending), to the
-recipient the catalog is seen by."""
+recipient the catalog is seen by, opening what its metadata names (sharing.s3.scope)."""
 
 
 def _s3_config(credentials: TemporaryCredentials) -> dict[str, str]:
@@ -98,6 +105,41 @@ def _s3_config(credentials: TemporaryCredentials) -> dict[str, str]:
         "s3.session-token": str(values["sessionToken"]),
         "s3.session-token-expires-at-ms": str(credentials.expiration_ms),
     }
+
+
+CloudVending = Callable[[SharedTable, Storage, Sequence[str]], TemporaryCredentials]
+"""Vends the table's cloud credentials (sharing.credentials.vend) reaching also the given
+locations (its generated metadata), for the recipient the catalog is seen by."""
+
+
+def _cloud_config(storage: Storage, credentials: TemporaryCredentials | None) -> dict[str, str]:
+    """A cloud table's FileIO properties as PyIceberg and DuckDB read them: where its cloud
+    is (an S3-compatible endpoint, a GCS host) and, when vended, the credentials."""
+    config: dict[str, str] = {}
+    values = credentials.values if credentials is not None else {}
+    if storage.kind is StorageKind.S3:
+        s3 = as_backend(storage, S3Storage)
+        if s3.options.endpoint_url:
+            config["s3.endpoint"] = s3.options.endpoint_url
+        if s3.options.path_style:
+            config["s3.path-style-access"] = "true"
+        if s3.options.region:
+            config["s3.region"] = config["client.region"] = s3.options.region
+        if credentials is not None:
+            config["s3.access-key-id"] = values["accessKeyId"]
+            config["s3.secret-access-key"] = values["secretAccessKey"]
+            config["s3.session-token"] = values["sessionToken"]
+            config["s3.session-token-expires-at-ms"] = str(credentials.expiration_ms)
+    elif storage.kind is StorageKind.GCS:
+        gcs = as_backend(storage, GcsStorage)
+        if gcs.options.endpoint:
+            config["gcs.service.host"] = gcs.options.endpoint
+        if gcs.options.project:
+            config["gcs.project-id"] = gcs.options.project
+        if credentials is not None:
+            config["gcs.oauth2.token"] = values["oauthToken"]
+            config["gcs.oauth2.token-expires-at"] = str(credentials.expiration_ms)
+    return config
 
 
 class ShareCatalog:
@@ -161,43 +203,172 @@ class ShareCatalog:
             ) from None
 
     def _served_by_endpoint(self, shared: SharedTable) -> bool:
-        """Whether the S3 endpoint serves the table's files (sharing.s3.access): a local
-        table, whole (a partition filter would be bypassed by reading the folder), with
-        its history shared (the folder holds every version)."""
-        if shared.partition_filter is not None or not shared.config.history_shared:
-            return False
+        """Whether the S3 endpoint serves the table's files: every local table (a key for
+        a recipient's slice, history range or start version opens only the files its
+        metadata names: sharing.s3.scope)."""
         storage = self.metadata.tables.delta_table(shared).storage
         return storage.kind is StorageKind.LOCAL
 
     def load_table(
-        self, namespace: str, table: str, vend: KeyVending | None = None
-    ) -> dict[str, Any]:
-        """The table's current metadata, inline and at its location. With `vend`, a local
-        table the S3 endpoint serves is named on its bucket there, with a vended key in
-        `config` and `storage-credentials`; otherwise locations are the server's own
-        (`file://` for local tables: readable on this machine only). Blocking (reads the
-        Delta log and may write the generated files)."""
+        self,
+        namespace: str,
+        table: str,
+        vend: KeyVending,
+        snapshots: str | None = None,
+        if_none_match: str | None = None,
+        vend_cloud: CloudVending | None = None,
+    ) -> LoadedTable:
+        """The table's current metadata, inline and at its location, and its ETag; no body
+        when `if_none_match` names that ETag (the spec's 304). `snapshots` is the spec's
+        query parameter: `all` (the default) keeps every snapshot of the shared history in
+        the inline metadata, `refs` only those a branch or tag names (the current one);
+        the snapshot log stays whole. A local table is named on its bucket of the server's
+        S3 endpoint, with a key from `vend` in `config` and `storage-credentials` (never
+        `file://`: a client elsewhere could not read it). With `vend_cloud`, a cloud table
+        whose cloud has a metadata location (`iceberg.metadataLocation`) has its generated
+        metadata there and credentials reaching the table and that metadata only (see
+        `_load_cloud_table`); other cloud tables are named by their own locations.
+        Blocking (reads the Delta log, may write the generated files and copy them to the
+        cloud)."""
+        mode = _snapshot_mode(snapshots)
         shared = self._table(namespace, table)
         try:
-            if vend is not None and self._served_by_endpoint(shared):
+            published = self._published(shared) if vend_cloud is not None else None
+            if published is not None and vend_cloud is not None:
+                return self._load_cloud_table(shared, published, mode, if_none_match, vend_cloud)
+            if self._served_by_endpoint(shared):
                 credentials = vend(shared)
                 bucket = credentials.location.removeprefix("s3://").rstrip("/")
                 generated = self.metadata.generate(shared, bucket=bucket)
-                config = _s3_config(credentials)
                 path: Path = generated.metadata_path
                 relative = path.relative_to(self.metadata.generated_root(shared, bucket))
-                return {
-                    "metadata-location": f"s3://{bucket}/{GENERATED_PREFIX}{relative.as_posix()}",
-                    "metadata": orjson.loads(path.read_bytes()),
-                    "config": config,
-                    "storage-credentials": [{"prefix": f"s3://{bucket}/", "config": config}],
-                }
+                location = f"s3://{bucket}/{GENERATED_PREFIX}{relative.as_posix()}"
+                etag = _etag(location, mode)
+                if _matches(if_none_match, etag):
+                    return LoadedTable(etag, None)
+                config = _s3_config(credentials)
+                return LoadedTable(
+                    etag,
+                    {
+                        "metadata-location": location,
+                        "metadata": _metadata(path, mode),
+                        "config": config,
+                        "storage-credentials": [{"prefix": f"s3://{bucket}/", "config": config}],
+                    },
+                )
             generated = self.metadata.generate(shared)
         except SharingError as exc:
             raise iceberg_error(exc, "NoSuchTableException") from None
         path = generated.metadata_path
-        return {
-            "metadata-location": path.resolve().as_uri(),
-            "metadata": orjson.loads(path.read_bytes()),
-            "config": {},
+        location = path.resolve().as_uri()
+        etag = _etag(location, mode)
+        if _matches(if_none_match, etag):
+            return LoadedTable(etag, None)
+        return LoadedTable(
+            etag,
+            {"metadata-location": location, "metadata": _metadata(path, mode), "config": {}},
+        )
+
+    def _published(self, shared: SharedTable) -> str | None:
+        """The metadata location of a cloud table the catalog vends credentials for:
+        whole (a partition filter would be bypassed by reading the folder), its history
+        shared (the vending's rule), on S3 or GCS (an Azure SAS has one directory, so it
+        cannot also reach the metadata), with a metadata location in its cloud."""
+        if shared.partition_filter is not None or not shared.config.history_shared:
+            return None
+        storage = self.metadata.tables.delta_table(shared).storage
+        if storage.kind not in (StorageKind.S3, StorageKind.GCS):
+            return None
+        for location in self.metadata.metadata_locations:
+            if same_cloud(storage, location) is not None:
+                return location
+        return None
+
+    def _load_cloud_table(
+        self,
+        shared: SharedTable,
+        published: str,
+        mode: str,
+        if_none_match: str | None,
+        vend_cloud: CloudVending,
+    ) -> LoadedTable:
+        """A cloud table whose generated metadata is copied to `published`: every location
+        is in its cloud, and one vended credential (in `config` and in
+        `storage-credentials`, for the table's folder and for its metadata folder) reaches
+        both and nothing else. When the credential cannot be vended (the vending logged
+        why), the answer has none: a client with its own access still reads."""
+        generated = self.metadata.generate(shared, published=published)
+        assert generated.published is not None and generated.published_folder is not None
+        etag = _etag(generated.published, mode)
+        if _matches(if_none_match, etag):
+            return LoadedTable(etag, None)
+        storage = self.metadata.tables.delta_table(shared).storage
+        credentials: TemporaryCredentials | None
+        try:
+            credentials = vend_cloud(shared, storage, [generated.published_folder])
+        except CredentialsUnavailable:
+            credentials = None
+        config = _cloud_config(storage, credentials)
+        body: dict[str, Any] = {
+            "metadata-location": generated.published,
+            "metadata": _metadata(generated.metadata_path, mode),
+            "config": config,
         }
+        if credentials is not None:
+            current = self.metadata.tables.latest(shared)
+            table_root = location_of(current.storage, current.table_root).rstrip("/") + "/"
+            body["storage-credentials"] = [
+                {"prefix": table_root, "config": config},
+                {"prefix": generated.published_folder + "/", "config": config},
+            ]
+        return LoadedTable(etag, body)
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    """A `loadTable` answer: its ETag, and its body (None: the client's copy is current)."""
+
+    etag: str
+    body: dict[str, Any] | None
+
+
+SNAPSHOT_MODES = ("all", "refs")
+
+
+def _snapshot_mode(value: str | None) -> str:
+    if value is None:
+        return "all"
+    mode = value.strip().lower()
+    if mode not in SNAPSHOT_MODES:
+        raise IcebergError(
+            400, "BadRequestException", f"`snapshots` must be `all` or `refs`, not {value!r}."
+        )
+    return mode
+
+
+def _etag(location: str, mode: str) -> str:
+    """A strong ETag of the inline metadata: generated files are immutable per (table,
+    version, naming), so their location names the content; the mode selects from it."""
+    digest = hashlib.sha256(f"{location}\n{mode}".encode()).hexdigest()[:32]
+    return f'"{digest}"'
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an If-None-Match header names `etag` (or is `*`): RFC 9110's weak
+    comparison, as for GET."""
+    if not if_none_match:
+        return False
+    for candidate in if_none_match.split(","):
+        tag = candidate.strip()
+        if tag == "*" or tag.removeprefix("W/") == etag:
+            return True
+    return False
+
+
+def _metadata(path: Path, mode: str) -> dict[str, Any]:
+    """The metadata JSON at `path`, with only the referenced snapshots in `refs` mode."""
+    metadata: dict[str, Any] = orjson.loads(path.read_bytes())
+    if mode == "refs":
+        named = {ref["snapshot-id"] for ref in metadata.get("refs", {}).values()}
+        metadata["snapshots"] = [s for s in metadata["snapshots"] if s["snapshot-id"] in named]
+    return metadata

@@ -23,11 +23,39 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from sharing.config import ServerConfig
+from sharing.tables import SNAPSHOT_CACHE_OFF
+
 METADATA_SUFFIX = ".metadata.json"
+
+
+def cache_directory(config: ServerConfig) -> Path:
+    """Where generated metadata goes: `iceberg.cacheDir`, else beside the snapshot store
+    when there is one (shared by the workers), else the system's temporary folder."""
+    if config.iceberg.cache_dir is not None:
+        return Path(config.iceberg.cache_dir).expanduser()
+    directory = config.snapshot_cache_dir
+    if directory is not None and directory.lower() != SNAPSHOT_CACHE_OFF:
+        return Path(directory) / "iceberg"
+    return Path(tempfile.gettempdir()) / "lakeshare-iceberg"
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why generated files cannot be written under `directory` (None: they can). Creates
+    the directory, as the first generation would, and writes and removes a probe file."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".probe.{os.getpid()}.{threading.get_ident()}"
+        write_once(probe, b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename or directory}"
+    return None
 
 
 class TableFiles:

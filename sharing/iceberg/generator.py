@@ -54,7 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -72,9 +72,10 @@ from sharing.catalog import SharedTable
 from sharing.errors import InvalidParameter, UnsupportedOperation
 from sharing.iceberg import avro_files as av
 from sharing.iceberg.files import TableFiles, write_once
+from sharing.iceberg.publish import publish_version
 from sharing.iceberg.puffin import DeletionVectorBlob, puffin_file
 from sharing.iceberg.schema import ConvertedSchema, convert_schema, ids_of
-from sharing.iceberg.values import file_bounds, partition_value, string_prefix_length
+from sharing.iceberg.values import BoundsReader, partition_value, string_prefix_length
 from sharing.slices import BoundFilter, visible_files
 from sharing.tables import TableService, require_history
 
@@ -83,8 +84,10 @@ log = logging.getLogger(__name__)
 GENERATED_PREFIX = "_lakeshare_iceberg/"
 """Where generated files appear on a table's S3-endpoint bucket."""
 
-MANIFEST_ENTRIES = 10_000
-"""Data files per new manifest (a removal rewrites only the manifest holding the file)."""
+MANIFEST_ENTRIES = 2_000
+"""Data files per new manifest: a removal rewrites the manifest holding the file, so smaller
+manifests make the next version cheaper (measured: 10,000 made the rewrite dominate it);
+readers open a few more files."""
 FIRST_PARTITION_FIELD_ID = 1000
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
@@ -103,6 +106,14 @@ class GeneratedVersion:
     metadata_path: Path
     version: int
     snapshot_id: int
+    published: str | None = None
+    """With a metadata location (`generate(..., published=...)`): the URI of the metadata
+    JSON there."""
+    published_folder: str | None = None
+    """... and of the folder holding every generated file of the table (what vended
+    credentials must reach besides the table)."""
+    base: int = 0
+    """The first version of the generated history (its files' folder, TableFiles)."""
 
 
 def snapshot_id(version: int) -> int:
@@ -113,34 +124,58 @@ def snapshot_id(version: int) -> int:
 class IcebergMetadata:
     """Generates and caches Iceberg metadata for shared tables under `directory`."""
 
-    def __init__(self, directory: Path | str, tables: TableService) -> None:
+    def __init__(
+        self,
+        directory: Path | str,
+        tables: TableService,
+        metadata_locations: Sequence[str] = (),
+    ) -> None:
         self.directory = Path(directory)
         self.tables = tables
+        self.metadata_locations = tuple(metadata_locations)
+        """Where cloud tables' generated files are copied (`iceberg.metadataLocation`)."""
 
-    def generated_root(self, shared: SharedTable, bucket: str) -> Path:
+    def generated_root(
+        self, shared: SharedTable, bucket: str, current: deltalog.Snapshot | None = None
+    ) -> Path:
         """The cache folder GENERATED_PREFIX maps to for `shared` named on `bucket` (its
-        latest Delta table id: a recreated table's old files are out of reach)."""
-        current = self.tables.latest(shared)
+        latest Delta table id, or `current`'s: a recreated table's old files are out of
+        reach)."""
+        if current is None:
+            current = self.tables.latest(shared)
         return TableFiles.table_dir(self.directory, self._identity(shared, current, bucket))
 
     @staticmethod
-    def _identity(shared: SharedTable, current: deltalog.Snapshot, bucket: str | None) -> str:
+    def _identity(
+        shared: SharedTable,
+        current: deltalog.Snapshot,
+        bucket: str | None,
+        published: str | None = None,
+    ) -> str:
         identity = f"{table_identity(current.storage, current.table_root)}|{current.metadata.id}"
         if shared.slice_key:
             # A recipient's partition filter selects files: its own generated files.
             identity = f"{identity}|slice:{shared.slice_key}"
         if bucket is not None:
             identity = f"{identity}|bucket:{bucket}"
+        if published is not None:
+            identity = f"{identity}|published:{published}"
         return identity
 
     def generate(
-        self, shared: SharedTable, version: int | None = None, bucket: str | None = None
+        self,
+        shared: SharedTable,
+        version: int | None = None,
+        bucket: str | None = None,
+        published: str | None = None,
     ) -> GeneratedVersion:
         """The metadata of `shared` at `version` (None: the latest), generated if needed.
         Versions before the shared history are the Delta Sharing routes' 400. A table
         this recipient sees a slice of (sharing.slices) lists only the slice's files,
         generated and cached per bound filter. With `bucket`, locations are on the
-        server's S3 endpoint (see the module's docstring)."""
+        server's S3 endpoint (see the module's docstring). With `published` (a cloud
+        table's metadata location, `iceberg.metadataLocation`), generated files are named
+        under that URI and copied there (sharing.iceberg.publish)."""
         if version is None:
             version = self.tables.latest(shared).version
         elif not shared.config.history_shared and version != self.tables.latest(shared).version:
@@ -163,15 +198,30 @@ class IcebergMetadata:
         current = self.tables.at_version(shared, version)
         if bucket is not None and current.storage.kind is not StorageKind.LOCAL:
             raise UnsupportedOperation("Only local tables are named on the S3 endpoint")
-        files = TableFiles(self.directory, self._identity(shared, current, bucket), base)
+        if published is not None:
+            published = published.rstrip("/")
+        identity = self._identity(shared, current, bucket, published)
+        files = TableFiles(self.directory, identity, base)
         path = files.metadata_path(version)
         if not path.exists():
             with files.generating():
-                self._generate(shared, files, base, version, bucket)
-        return GeneratedVersion(path, version, snapshot_id(version))
+                self._generate(shared, files, base, version, bucket, published)
+        if published is None:
+            return GeneratedVersion(path, version, snapshot_id(version), base=base)
+        with self.tables.errors(shared):
+            publish_version(current.storage, files, version, published, self.directory)
+        folder = f"{published}/{files.table_root.relative_to(self.directory).as_posix()}"
+        location = f"{published}/{path.relative_to(self.directory).as_posix()}"
+        return GeneratedVersion(path, version, snapshot_id(version), location, folder, base=base)
 
     def _generate(
-        self, shared: SharedTable, files: TableFiles, base: int, version: int, bucket: str | None
+        self,
+        shared: SharedTable,
+        files: TableFiles,
+        base: int,
+        version: int,
+        bucket: str | None,
+        published: str | None = None,
     ) -> None:
         """Step from the latest generated version at or before `version` (else from the
         base) to `version`. Only the last step's metadata JSON is written: the catalog
@@ -192,7 +242,13 @@ class IcebergMetadata:
             snapshot = self.tables.at_version(shared, v)
             with self.tables.errors(shared):
                 metadata = _Step(
-                    files, metadata, previous, snapshot, shared.partition_filter, bucket
+                    files,
+                    metadata,
+                    previous,
+                    snapshot,
+                    shared.partition_filter,
+                    bucket,
+                    published,
                 ).write()
             previous = snapshot
         assert metadata is not None
@@ -222,9 +278,11 @@ class _Step:
         snapshot: deltalog.Snapshot,
         bound: BoundFilter | None = None,
         bucket: str | None = None,
+        published: str | None = None,
     ) -> None:
         self.files = files
         self.bucket = bucket
+        self.published = published
         self.bound = bound
         self.prev = previous_metadata
         self.previous = previous
@@ -234,6 +292,7 @@ class _Step:
         self.sequence = snapshot_id(self.version)
         self.storage = snapshot.storage
         self.root = snapshot.table_root
+        self._root_prefix = self.root.rstrip("/") + "/"
         meta = snapshot.metadata
         protocol = snapshot.protocol
         mode = column_mapping_mode(
@@ -264,16 +323,24 @@ class _Step:
         )
         self._spec_fields = spec_fields
         self._spec_id = spec_id
+        self._bounds = BoundsReader(converted.leaves, self.prefix)
+        self._partitions: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._partition_plan = [
+            (_avro_name(name), key, self.delta_schema.field(name).type)
+            for _field_id, name, _iceberg_type, key in spec_fields
+        ]
 
         carried: list[dict[str, Any]] = []
         if prev is not None:
             carried = self._carry_over(prev, plan)
-        added_rows = text_table(cur.take(pa.array(plan.data_added, pa.int64()))).to_pylist()
-        added_rows.sort(key=lambda r: r["path"])
+        added = text_table(cur.take(pa.array(plan.data_added, pa.int64())))
+        # In path order (Arrow sorts UTF-8 bytewise: code point order, as Python would);
+        # one list per column rather than a dict per row.
+        added = added.take(pc.sort_indices(added.column("path")))
         next_row_id = prev_next_row_id
         data_entries = []
-        for row in added_rows:
-            entry, next_row_id = self._data_entry(row, next_row_id)
+        for row in zip(*(_column(added, name) for name in _DATA_COLUMNS), strict=True):
+            entry, next_row_id = self._data_entry(_AddedFile(*row), next_row_id)
             data_entries.append(entry)
         if self.row_tracking:
             next_row_id = max(next_row_id, self._high_water_mark() + 1)
@@ -413,7 +480,14 @@ class _Step:
         key = resolve_key(self.storage, self.root, path)
         if self.bucket is None:
             return location_of(self.storage, key)
-        relative = os.path.relpath(key, self.root)
+        relative = key[len(self._root_prefix) :]
+        if (
+            not key.startswith(self._root_prefix)
+            or relative.startswith(".")
+            or "/." in relative
+            or "//" in relative
+        ):
+            relative = os.path.relpath(key, self.root)  # anything unusual: normalised
         if relative.startswith(".."):  # the S3 endpoint serves only the table's folder
             raise UnsupportedOperation(
                 f"A data file outside the table's folder cannot be served: {path}"
@@ -422,6 +496,9 @@ class _Step:
 
     def _generated(self, path: Path) -> str:
         """The location of a generated file."""
+        if self.published is not None:
+            relative = path.relative_to(self.files.table_root.parent).as_posix()
+            return f"{self.published}/{relative}"
         if self.bucket is None:
             return str(path)
         relative = path.relative_to(self.files.table_root).as_posix()
@@ -429,6 +506,10 @@ class _Step:
 
     def _cache_path(self, location: str) -> Path:
         """The cache file a generated location names (the inverse of `_generated`)."""
+        if self.published is not None:
+            prefix = f"{self.published}/"
+            assert location.startswith(prefix), location
+            return self.files.table_root.parent / location[len(prefix) :]
         if self.bucket is None:
             return Path(location)
         prefix = f"s3://{self.bucket}/{GENERATED_PREFIX}"
@@ -436,26 +517,34 @@ class _Step:
         return self.files.table_root / location[len(prefix) :]
 
     def _partition(self, values: Any) -> dict[str, Any]:
+        """A file's partition tuple; files of one partition share one (read-only) dict."""
+        memo_key = tuple(values) if isinstance(values, list) else None
+        if memo_key is not None:
+            known = self._partitions.get(memo_key)
+            if known is not None:
+                return known
         given = dict(values or [])
-        out = {}
-        for _field_id, name, _iceberg_type, key in self._spec_fields:
-            delta_type = self.delta_schema.field(name).type
-            out[_avro_name(name)] = partition_value(given.get(key), delta_type)
-        return out
+        tuple_ = {
+            name: partition_value(given.get(key), delta_type)
+            for name, key, delta_type in self._partition_plan
+        }
+        if memo_key is not None:
+            self._partitions[memo_key] = tuple_
+        return tuple_
 
-    def _data_entry(self, row: dict[str, Any], next_row_id: int) -> tuple[dict[str, Any], int]:
-        stats = self._parse_stats(row["stats"]) if row.get("stats") else None
+    def _data_entry(self, row: _AddedFile, next_row_id: int) -> tuple[dict[str, Any], int]:
+        stats = self._parse_stats(row.stats) if row.stats else None
         records = stats.get("numRecords") if isinstance(stats, dict) else None
         if not isinstance(records, int):
-            records = self._footer_rows(row["path"])
-        bounds = file_bounds(stats, self._converted.leaves, self.prefix)
-        if self.row_tracking and row.get("baseRowId") is not None:
-            first_row_id = int(row["baseRowId"])
+            records = self._footer_rows(row.path)
+        bounds = self._bounds(stats)
+        if self.row_tracking and row.base_row_id is not None:
+            first_row_id = int(row.base_row_id)
             next_row_id = max(next_row_id, first_row_id + records)
         else:
             first_row_id = next_row_id
             next_row_id += records
-        commit_version = row.get("defaultRowCommitVersion")
+        commit_version = row.commit_version
         data_sequence = (
             int(commit_version) + 1
             if self.row_tracking and commit_version is not None
@@ -468,11 +557,11 @@ class _Step:
             "file_sequence_number": self.sequence,
             "data_file": {
                 "content": av.DATA,
-                "file_path": self._location(row["path"]),
+                "file_path": self._location(row.path),
                 "file_format": "PARQUET",
-                "partition": self._partition(row["partitionValues"]),
+                "partition": self._partition(row.partition_values),
                 "record_count": records,
-                "file_size_in_bytes": int(row["size"]),
+                "file_size_in_bytes": int(row.size),
                 "null_value_counts": _pairs(bounds.null_counts),
                 "lower_bounds": _pairs(bounds.lower),
                 "upper_bounds": _pairs(bounds.upper),
@@ -512,7 +601,9 @@ class _Step:
         for index in range(0, len(entries), MANIFEST_ENTRIES):
             chunk = entries[index : index + MANIFEST_ENTRIES]
             path = self.files.manifest_path(self.version, "data", index // MANIFEST_ENTRIES)
-            length = self._write_manifest(path, chunk, av.MANIFEST_DATA)
+            paths = [e["data_file"]["file_path"] for e in chunk]
+            span = {PATH_SPAN_FIRST: min(paths), PATH_SPAN_LAST: max(paths)}
+            length = self._write_manifest(path, chunk, av.MANIFEST_DATA, span)
             first_ids = [e["data_file"]["first_row_id"] for e in chunk]
             out.append(self._manifest_file(path, length, av.MANIFEST_DATA, chunk, min(first_ids)))
         return out
@@ -555,7 +646,13 @@ class _Step:
         length = self._write_manifest(path, entries, av.MANIFEST_DELETES)
         return [self._manifest_file(path, length, av.MANIFEST_DELETES, entries, None)]
 
-    def _write_manifest(self, path: Path, entries: list[dict[str, Any]], content: int) -> int:
+    def _write_manifest(
+        self,
+        path: Path,
+        entries: list[dict[str, Any]],
+        content: int,
+        extra: dict[str, str] | None = None,
+    ) -> int:
         schema = av.manifest_entry_schema(
             av.partition_avro_fields(
                 [(fid, _avro_name(name), itype) for fid, name, itype, _ in self._spec_fields]
@@ -578,6 +675,7 @@ class _Step:
             "format-version": av.FORMAT_VERSION,
             "content": "data" if content == av.MANIFEST_DATA else "deletes",
         }
+        metadata.update(extra or {})
         data = av.encode(schema, entries, metadata, path.name)
         write_once(path, data)
         return len(data)
@@ -642,7 +740,11 @@ class _Step:
             if not gone:
                 out.append(manifest)
                 continue
-            content = av.AvroContent(self._cache_path(manifest["manifest_path"]).read_bytes())
+            data = self._cache_path(manifest["manifest_path"]).read_bytes()
+            if is_data and not _may_hold(av.header_metadata(data), gone):
+                out.append(manifest)  # no removed file within its paths: not decoded
+                continue
+            content = av.AvroContent(data)
             key = "file_path" if is_data else "referenced_data_file"
             if not any(
                 e["status"] != av.DELETED and e["data_file"][key] in gone for e in content.records
@@ -661,7 +763,7 @@ class _Step:
             path = self.files.manifest_path(self.version, kind, rewritten)
             rewritten += 1
             data = av.encode(content.schema, entries, content.metadata, path.name)
-            write_once(path, data)
+            write_once(path, data)  # the header (and its path span) is the original's
             out.append(
                 self._manifest_file(
                     path,
@@ -730,6 +832,43 @@ class _Step:
             "partition-statistics": [],
             "next-row-id": next_row_id,
         }
+
+
+PATH_SPAN_FIRST = "lakeshare.first-file-path"
+PATH_SPAN_LAST = "lakeshare.last-file-path"
+"""Header metadata of a data manifest: the least and greatest `file_path` it lists, so the
+next version decodes only the manifests whose span holds a removed file."""
+
+
+def _may_hold(header: dict[str, str], gone: set[str]) -> bool:
+    """Whether a data manifest with this header may list one of the `gone` paths (True
+    when it has no span: written before spans were)."""
+    first, last = header.get(PATH_SPAN_FIRST), header.get(PATH_SPAN_LAST)
+    if first is None or last is None:
+        return True
+    return any(first <= path <= last for path in gone)
+
+
+class _AddedFile(NamedTuple):
+    """What a data file's manifest entry is made of (columns of `_DATA_COLUMNS`)."""
+
+    path: str
+    partition_values: Any
+    size: int
+    stats: str | None
+    base_row_id: int | None
+    commit_version: int | None
+
+
+_DATA_COLUMNS = ("path", "partitionValues", "size", "stats", "baseRowId", "defaultRowCommitVersion")
+
+
+def _column(table: pa.Table, name: str) -> list[Any]:
+    """A column as Python values (all None when the snapshot has no such column)."""
+    if name not in table.column_names:
+        return [None] * table.num_rows
+    values: list[Any] = table.column(name).to_pylist()
+    return values
 
 
 @dataclass

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -65,37 +65,105 @@ class Bounds:
 
 def file_bounds(stats: Mapping[str, Any] | None, leaves: Sequence[Leaf], prefix: int) -> Bounds:
     """The safe Iceberg bounds and null counts of a file from its Delta statistics."""
-    bounds = Bounds()
-    if not stats:
+    return BoundsReader(leaves, prefix)(stats)
+
+
+Encoder = Callable[[Any], "bytes | None"]
+
+
+class BoundsReader:
+    """`file_bounds` for many files of one schema: the per-column work (where a column's
+    statistics are, how its values are encoded) is decided once, so each file costs a few
+    dictionary lookups per column."""
+
+    def __init__(self, leaves: Sequence[Leaf], prefix: int) -> None:
+        self.columns = [
+            (
+                leaf.field_id,
+                leaf.stats_path,
+                _encoder(leaf.delta_type, upper=False, prefix=prefix),
+                _encoder(leaf.delta_type, upper=True, prefix=prefix),
+            )
+            for leaf in leaves
+        ]
+
+    def __call__(self, stats: Mapping[str, Any] | None) -> Bounds:
+        bounds = Bounds()
+        if not stats:
+            return bounds
+        minimums = _mapping(stats.get("minValues"))
+        maximums = _mapping(stats.get("maxValues"))
+        tight = stats.get("tightBounds", True) is not False
+        nulls = _mapping(stats.get("nullCount")) if tight else None
+        lower, upper, null_counts = bounds.lower, bounds.upper, bounds.null_counts
+        for field_id, path, encode_lower, encode_upper in self.columns:
+            if minimums is not None:
+                encoded = encode_lower(_lookup(minimums, path))
+                if encoded is not None:
+                    lower[field_id] = encoded
+            if maximums is not None:
+                encoded = encode_upper(_lookup(maximums, path))
+                if encoded is not None:
+                    upper[field_id] = encoded
+            if nulls is not None:
+                count = _lookup(nulls, path)
+                if type(count) is int and count >= 0:
+                    null_counts[field_id] = count
         return bounds
-    minimums = stats.get("minValues")
-    maximums = stats.get("maxValues")
-    nulls = stats.get("nullCount") if stats.get("tightBounds", True) is not False else None
-    for leaf in leaves:
-        if isinstance(minimums, Mapping):
-            low = _lookup(minimums, leaf.stats_path)
-            encoded = _encode(low, leaf.delta_type, upper=False, prefix=prefix)
-            if encoded is not None:
-                bounds.lower[leaf.field_id] = encoded
-        if isinstance(maximums, Mapping):
-            high = _lookup(maximums, leaf.stats_path)
-            encoded = _encode(high, leaf.delta_type, upper=True, prefix=prefix)
-            if encoded is not None:
-                bounds.upper[leaf.field_id] = encoded
-        if isinstance(nulls, Mapping):
-            count = _lookup(nulls, leaf.stats_path)
-            if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
-                bounds.null_counts[leaf.field_id] = count
-    return bounds
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    if type(value) is dict or isinstance(value, Mapping):
+        return value
+    return None
 
 
 def _lookup(values: Mapping[str, Any], path: Sequence[str]) -> Any:
+    if len(path) == 1:
+        return values.get(path[0])
     node: Any = values
     for step in path:
-        if not isinstance(node, Mapping):
+        if type(node) is not dict and not isinstance(node, Mapping):
             return None
         node = node.get(step)
     return node
+
+
+_INT = struct.Struct("<i").pack
+_LONG = struct.Struct("<q").pack
+
+
+def _encoder(delta_type: DataType, *, upper: bool, prefix: int) -> Encoder:
+    """The encoder of one column's bound: fast paths for the common JSON value types, the
+    general `_encode` for everything else (the same results)."""
+
+    def general(value: Any) -> bytes | None:
+        return _encode(value, delta_type, upper=upper, prefix=prefix)
+
+    name = delta_type.name if isinstance(delta_type, PrimitiveType) else None
+    if name in ("integer", "short", "byte", "long"):
+        pack = _LONG if name == "long" else _INT
+
+        def integer(value: Any) -> bytes | None:
+            if type(value) is int:
+                try:
+                    return pack(value)
+                except struct.error:
+                    return None
+            return general(value)
+
+        return integer
+    if name == "string":
+
+        def string(value: Any) -> bytes | None:
+            if type(value) is str:
+                if upper and len(value) >= prefix:
+                    return None  # possibly cut to the prefix: not an upper bound
+                return value.encode("utf-8")
+            return None
+
+        return string
+    return general
 
 
 def _encode(value: Any, delta_type: DataType, *, upper: bool, prefix: int) -> bytes | None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from deltalog import Snapshot
 from deltalog.storage.base import Storage
 from deltalog.storage.kinds import StorageKind
 from sharing.errors import UnsupportedOperation
-from sharing.presign.base import SignedUrls, Signer
+from sharing.presign.base import SignedUrls, Signer, TableFiles
 from sharing.presign.cloud import cloud_signer
 from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 
@@ -16,6 +15,7 @@ __all__ = [
     "LocalSigner",
     "SignedUrls",
     "Signer",
+    "TableFiles",
     "TableRef",
     "UrlHolder",
     "signer_factory",
@@ -63,11 +63,11 @@ def signer_factory(
     endpoint: str,
     ttl_seconds: int,
     holder: UrlHolder,
-) -> Callable[[Snapshot], Signer]:
+) -> Callable[[TableFiles], Signer]:
     """A function giving the signer for a snapshot of `table` (its storage is only known
-    once the snapshot is loaded)."""
+    once the snapshot is loaded, or its head: deltalog.SnapshotHead)."""
 
-    def for_snapshot(snapshot: Snapshot) -> Signer:
+    def for_snapshot(snapshot: TableFiles) -> Signer:
         return signer_for(
             storage=snapshot.storage,
             table_root=snapshot.table_root,

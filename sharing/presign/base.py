@@ -14,6 +14,8 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltalog.storage.base import Storage
+
 # The reference server's message for a key outside the table root (an absolute log path).
 ABSOLUTE_PATHS = "Table contains absolute paths and cannot be shared through delta sharing"
 
@@ -48,6 +50,18 @@ class SignedColumn:
             joined = pc.binary_join_element_wise(*self.pieces, "")
         urls: list[str] = joined.to_pylist()
         return urls
+
+
+@runtime_checkable
+class TableFiles(Protocol):
+    """Where a table's files are, as a signer needs it: a snapshot, or one still loading
+    (deltalog.SnapshotHead)."""
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def table_root(self) -> str: ...
 
 
 @runtime_checkable

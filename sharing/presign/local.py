@@ -7,6 +7,10 @@ file, another table or after it expires, and a download is attributed to its rec
 the audit trail without the URL being re-attributable by editing it. The `sp=r` parameter
 marks the URL as pre-signed for delta-kernel-rs, which only fetches http(s) paths over
 plain HTTP when the query looks like a signed URL.
+
+The files of a table's compatible copy (sharing.copies) are signed with a key of their
+own and marked `cp=1`, so a URL of the copy never opens a file of the original (or the
+other way round), even where both hold a file of the same relative path.
 """
 
 from __future__ import annotations
@@ -42,10 +46,16 @@ def derive_master_key(secret: str | bytes) -> bytes:
     return hmac.digest(raw, _KEY_LABEL, "sha256")
 
 
+COPY_PARAMETER = "cp"
+"""The URL parameter marking a file of a table's compatible copy (value `1`)."""
+
+
 @lru_cache(maxsize=4096)
-def table_key(master: bytes, share: str, schema: str, table: str) -> bytes:
-    """A per-table key, so one HMAC per URL binds the table without hashing its names."""
-    return hmac.digest(master, f"{share}\x00{schema}\x00{table}".encode(), "sha256")
+def table_key(master: bytes, share: str, schema: str, table: str, copy: bool = False) -> bytes:
+    """A per-table key (of the table's compatible copy when `copy`), so one HMAC per URL
+    binds the table without hashing its names."""
+    names = f"{share}\x00{schema}\x00{table}" + ("\x00copy" if copy else "")
+    return hmac.digest(master, names.encode(), "sha256")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +92,7 @@ class TableRef:
     share: str
     schema: str
     table: str
+    copy: bool = False  # the table's compatible copy
 
     def url_prefix(self) -> str:
         return _quoted_names(self.share, self.schema, self.table)
@@ -96,7 +107,7 @@ def _quoted_names(*names: str) -> str:
 def _table_mac(secret: str | bytes, table: TableRef) -> PreparedHmac:
     """The prepared HMAC of a table's key (immutable: signers of every request share it)."""
     return PreparedHmac(
-        table_key(derive_master_key(secret), table.share, table.schema, table.table)
+        table_key(derive_master_key(secret), table.share, table.schema, table.table, table.copy)
     )
 
 
@@ -124,6 +135,7 @@ class LocalSigner:
         self._ttl_ms = ttl_seconds * 1000
         self._holder_signed = holder.signed_part()
         self._holder_query = holder.query()
+        self._marker = f"&{COPY_PARAMETER}=1" if table.copy else ""
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
         signed = self.sign_column(pa.array(keys, pa.string()))
@@ -162,6 +174,6 @@ class LocalSigner:
                 ],
                 pa.string(),
             )
-        query = f"?exp={expires}&{self._holder_query}&sp=r&sig="
+        query = f"?exp={expires}&{self._holder_query}&sp=r{self._marker}&sig="
         pieces = (self._url_prefix, path, query, signatures)
         return SignedColumn(pieces, expires, json_safe(self._url_prefix + query))

@@ -4,8 +4,9 @@ local signer, verifying what it signed.
 A request is honoured only when its signature matches the table, relative path, holder
 (recipient and credential) and expiry it names, the expiry is in the future, the table is
 in the configuration, and the path, once symlinks are resolved, stays inside that table's
-directory. Any failure of the signature or the path is the same 403, so probing reveals
-nothing about the disk.
+directory (its compatible copy's, for a URL marked as a copy's: sharing.copies). Any
+failure of the signature or the path is the same 403, so probing reveals nothing about
+the disk.
 """
 
 from __future__ import annotations
@@ -17,17 +18,20 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from deltalog.storage import resolve
 from deltalog.storage.kinds import StorageKind
 from sharing.catalog import SharedTable
+from sharing.copies import copy_location
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
+from sharing.recipients.names import Properties
 from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
+from sharing.views.materializations import served_entry
 
 log = logging.getLogger("lakeshare.files")
 
@@ -62,10 +66,22 @@ class TableLookup(Protocol):
 class FileServer:
     """Checks signed file URLs against the catalog and finds the file on disk."""
 
-    def __init__(self, catalog: TableLookup, secret: str | bytes) -> None:
-        """`catalog` is asked on every download: a table no longer served has no files."""
+    def __init__(
+        self,
+        catalog: TableLookup,
+        secret: str | bytes,
+        views_location: str | None = None,
+        *,
+        properties_of: Callable[[str], Properties] | None = None,
+    ) -> None:
+        """`catalog` is asked on every download: a table no longer served has no files.
+        Compatible copies and views' materializations live under `views_location` (None:
+        none are served); a view's files are those of the materialization of the tuple the
+        URL holder's current properties (`properties_of`) give."""
         self._catalog = catalog
         self._master = derive_master_key(secret)
+        self._properties_of = properties_of
+        self._views_location = views_location
 
     def open(
         self,
@@ -77,9 +93,12 @@ class FileServer:
         signature: str | None,
         holder: UrlHolder | None,
         now_ms: int | None = None,
+        *,
+        copy: bool = False,
     ) -> LocalFile:
         """The file a signed URL names, or Forbidden / ResourceNotFound. `holder` is what
-        the URL's `rcp` and `cid` parameters name (see `url_holder`)."""
+        the URL's `rcp` and `cid` parameters name (see `url_holder`); `copy`, whether it
+        is marked as a file of the table's compatible copy."""
         if expires is None or signature is None or holder is None:
             raise _not_signed(holder)
         try:
@@ -94,7 +113,7 @@ class FileServer:
             shared = self._catalog.get_table(share, schema, table)
         except ResourceNotFound:
             raise _invalid_signature(holder) from None
-        key = table_key(self._master, shared.share, shared.schema, shared.name)
+        key = table_key(self._master, shared.share, shared.schema, shared.name, copy)
         expected = url_signature(key, relative, expires_ms, holder)
         if not hmac.compare_digest(expected, signature):
             raise _invalid_signature(holder)
@@ -105,8 +124,19 @@ class FileServer:
                 "The URL has expired.",
                 Refusal(Reason.URL_EXPIRED, holder.recipient, holder.credential_id),
             )
+        location = shared.config.location
+        if shared.is_view:
+            properties = self._properties_of(holder.recipient) if self._properties_of else ()
+            view, _ = served_entry(
+                shared.config, shared.full_name, self._views_location, properties
+            )
+            location = view.location
+        elif copy:
+            if not shared.config.compatible_copy or self._views_location is None:
+                raise _invalid_signature(holder)  # no longer served from a copy
+            location = copy_location(self._views_location, shared.full_name)
         try:
-            path = resolve_inside(shared.config.location, relative)
+            path = resolve_inside(location, relative)
         except RefusedForbidden:
             raise
         except Forbidden as exc:
@@ -232,6 +262,8 @@ class OpenedFile:
 
     `reply` is what to answer; `chunks()` streams the body (the first chunk was read while
     opening) and closes the file at the end; `close()` when the body is not wanted (HEAD).
+    A body of at most `CHUNK_BYTES` is read whole while opening (`body`, the file already
+    closed): it goes out in one send, without the cost of a streamed response.
     """
 
     def __init__(self, found: LocalFile, range_header: str | None, *, head: bool) -> None:
@@ -250,6 +282,9 @@ class OpenedFile:
             self._first = self._file.read(want) if want else b""
             if len(self._first) < want:
                 raise OSError(errno.EIO, "the file is shorter than its size")
+            self.body = self._first if not head and want == self._remaining else None
+            if self.body is not None:
+                self.close()
         except OSError as exc:
             self.close()
             raise _unreadable(found.path, exc) from None

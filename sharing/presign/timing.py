@@ -9,11 +9,11 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from deltalog import Snapshot
 from sharing.presign.base import (
     SignedColumn,
     SignedUrls,
     Signer,
+    TableFiles,
     parallel_batches,
     sign_column,
     signs_in_memory,
@@ -61,8 +61,8 @@ class TimedSigner:
 
 
 def timed_signers(
-    signers: Callable[[Snapshot], Signer], observer: SigningObserver | None
-) -> Callable[[Snapshot], Signer]:
+    signers: Callable[[TableFiles], Signer], observer: SigningObserver | None
+) -> Callable[[TableFiles], Signer]:
     """`signers` (a snapshot's signer factory) with every signer timed; as is without an
     observer."""
     if observer is None:

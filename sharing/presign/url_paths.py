@@ -9,7 +9,6 @@ distinct directory once and the file name only when it holds a reserved characte
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from urllib.parse import quote
 
 import numpy as np
@@ -17,18 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _UNRESERVED = re.compile(r"[A-Za-z0-9._~/-]*\Z")
-_PLAIN = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
 _MAX_CACHED_DIRECTORIES = 65_536
-
-
-def all_plain(keys: Sequence[str]) -> bool:
-    """Whether every key holds only unreserved characters, '/' and '='.
-
-    Delta data paths almost always do (`date=2024-01-01/part-...parquet`). One regex over
-    the joined batch decides it for all keys at once, so signers can skip the per-key
-    encoding checks: such a key needs no encoding but of '=' (and none at all in URLs
-    that keep '=' literal)."""
-    return _PLAIN.match("".join(keys)) is not None
 
 
 class PathEncoder:
@@ -53,7 +41,9 @@ class PathEncoder:
         return f"{encoded_dir}{slash}{base}"
 
 
-# Bytes allowed in a plain key (see all_plain): unreserved characters, '/' and '='.
+# Bytes of a plain key: unreserved characters, '/' and '='. Delta data paths almost always
+# are (`date=2024-01-01/part-...parquet`): such a key needs no encoding but of '=' (and
+# none at all in URLs that keep '=' literal), so signers skip the per-key encoding.
 _PLAIN_BYTES = np.zeros(256, np.bool_)
 _PLAIN_BYTES[
     np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~/=-", np.uint8)
@@ -61,7 +51,8 @@ _PLAIN_BYTES[
 
 
 def plain_column(keys: pa.Array) -> bool:
-    """`all_plain` for a string column: one numpy lookup over its data buffer."""
+    """Whether every key of a string column is plain: one numpy lookup over its data
+    buffer decides it for the whole batch."""
     if keys.null_count:
         return False
     return bool(_PLAIN_BYTES[string_bytes(keys)].all())

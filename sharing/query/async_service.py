@@ -46,6 +46,7 @@ from sharing.query.streaming import first_position
 from sharing.query.tokens import QueryTokens, parameters_checksum
 from sharing.tables import TableService, require_history
 from sharing.tokens import now_ms
+from sharing.views.materializations import refuse_view_history
 
 __all__ = [
     "AsyncQueryFailed",
@@ -136,7 +137,7 @@ def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
         # another slice (the recipient's properties changed) is another query.
         raise InvalidParameter(
             "The query was submitted for another slice of the table (the recipient's "
-            "properties changed). Please restart the query."
+            "properties or the table's partition filter changed). Please restart the query."
         )
     fields = dict(data["request"])
     fields["predicate_hints"] = tuple(fields["predicate_hints"])
@@ -347,6 +348,7 @@ class AsyncQueryService:
         shared, request = inputs.shared, inputs.request
         kind = QueryKind.of(request)
         if kind is QueryKind.STREAMING:
+            refuse_view_history(shared.config, shared.full_name, "a query from 'startingVersion'")
             require_history(shared)
             if request.page_token is not None:
                 position = self._tokens.read_stream_page_token(shared, request)

@@ -35,6 +35,7 @@ from sharing.query.ranges import RangeKind, RangeRequest, plan_range
 from sharing.query.request import ChangesInputs, ChangesParams
 from sharing.query.tokens import ChangeTokens
 from sharing.tables import ChangeCommit, TableService, parse_timestamp
+from sharing.views.materializations import refuse_view_history
 
 _ICT_PROPERTIES = frozenset(
     {
@@ -99,6 +100,7 @@ def plan_changes(
     """The plan of a changes query (or one page of it); every client error is raised here,
     before streaming."""
     shared, params = inputs.shared, inputs.params
+    refuse_view_history(shared.config, shared.full_name, "the change data feed ('changes')")
     if not shared.config.history_shared:
         raise InvalidParameter(f"cdf is not enabled on table {shared.full_name}")
     if params.page_token is not None:

@@ -157,7 +157,14 @@ def check_parquet_readable(response_format: str, files: pa.Table) -> None:
     after its DV property was turned off)."""
     if response_format != capabilities.PARQUET or files.num_rows == 0:
         return
-    if pc.any(pc.is_valid(files.column("deletionVector"))).as_py():
+    check_parquet_files(
+        response_format, pc.any(pc.is_valid(files.column("deletionVector"))).as_py()
+    )
+
+
+def check_parquet_files(response_format: str, deletion_vectors: bool) -> None:
+    """`check_parquet_readable` when whether any file has a deletion vector is known."""
+    if response_format == capabilities.PARQUET and deletion_vectors:
         raise UnsupportedOperation(
             "Deletion Vector property disabled: the table has files with deletion vectors; "
             "ask for responseformat=delta with readerfeatures=deletionvectors."

@@ -1,19 +1,30 @@
 """The planner of a server, built once from its configuration: from a validated request
 of any kind to a streamable `QueryPlan`. Routes and the async service call it; which
 planner runs is decided by the query's kind (sharing.query.kinds), here and nowhere else.
+
+So is which table serves a request (`served`): snapshot and metadata requests that read
+only the parquet format on a table with `compatibleCopy: true` are planned on its copy
+(sharing.copies), decided before any snapshot is loaded; so are those that accept parquet
+among other formats when the original's latest version could not be read in any of them.
+Streaming and changes requests read the original (a copy keeps no change history), and
+when the original cannot be read as parquet the error says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 
 from deltalog import Snapshot
 from sharing.catalog import SharedTable
 from sharing.config import ServerConfig
+from sharing.copies import serves_copy
+from sharing.errors import UnsupportedOperation
 from sharing.presign import TableRef, UrlHolder, signer_factory
-from sharing.presign.base import Signer, signs_in_memory
+from sharing.presign.base import Signer, TableFiles, signs_in_memory
 from sharing.presign.timing import SigningObserver, timed_signers
-from sharing.query.capabilities import Capabilities
+from sharing.query.capabilities import PARQUET, Capabilities, choose_format
 from sharing.query.changes import plan_changes
 from sharing.query.kinds import QueryKind
 from sharing.query.plan import QueryPlan
@@ -65,12 +76,12 @@ class Planner:
 
     def signers(
         self, shared: SharedTable, base_url: str, holder: UrlHolder
-    ) -> Callable[[Snapshot], Signer]:
+    ) -> Callable[[TableFiles], Signer]:
         """The URL signer of a table's snapshots; `base_url` is the request's own base
         URL, used when no `publicUrl` is configured; `holder` is who the URLs are for."""
         config = self._config
         signers = signer_factory(
-            table=TableRef(shared.share, shared.schema, shared.name),
+            table=TableRef(shared.share, shared.schema, shared.name, shared.from_copy),
             secret=config.signing_secret,
             base_url=config.public_url or base_url,
             endpoint=config.endpoint,
@@ -79,18 +90,53 @@ class Planner:
         )
         return timed_signers(signers, self._signing_observer)
 
+    def served(self, shared: SharedTable, caps: Capabilities) -> SharedTable:
+        """The table a snapshot or metadata request reads: its compatible copy when the
+        table keeps one and the client reads only the parquet format, or accepts parquet
+        among other formats but could not read the original (its latest version) in any
+        of them; else the table itself."""
+        served = self._served(shared, caps, lambda: self.tables.latest(shared))
+        assert served is not None
+        return served
+
+    def served_at_once(self, shared: SharedTable, caps: Capabilities) -> SharedTable | None:
+        """`served` when it can be decided without I/O, else None (callers on an event
+        loop then call `served` in a thread)."""
+        return self._served(shared, caps, lambda: self.tables.fresh_latest(shared))
+
+    def _served(
+        self, shared: SharedTable, caps: Capabilities, latest: Callable[[], Snapshot | None]
+    ) -> SharedTable | None:
+        if not shared.config.compatible_copy:
+            return shared
+        if not serves_copy(shared.config, caps):
+            if PARQUET not in caps.response_formats:
+                return shared
+            # parquet among other formats: the original, unless it would be refused
+            snapshot = latest()
+            if snapshot is None:
+                return None
+            try:
+                choose_format(caps, snapshot.protocol, snapshot.metadata)
+                return shared
+            except UnsupportedOperation:
+                pass
+        return self.tables.copy_of(shared)
+
     def query(self, inputs: QueryInputs, base_url: str, holder: UrlHolder) -> QueryPlan:
         """`POST .../query`: a snapshot (latest or time travel) or a streaming query."""
-        signers = self.signers(inputs.shared, base_url, holder)
         limit = self._config.query_table_page_size_limit
         if QueryKind.of(inputs.request) is QueryKind.STREAMING:
-            return plan_streaming(
-                inputs,
-                tables=self.tables,
-                tokens=self.query_tokens,
-                page_size_limit=limit,
-                signer_for=signers,
-            )
+            with _history_of(inputs.shared, inputs.caps, "streaming (startingVersion)"):
+                return plan_streaming(
+                    inputs,
+                    tables=self.tables,
+                    tokens=self.query_tokens,
+                    page_size_limit=limit,
+                    signer_for=self.signers(inputs.shared, base_url, holder),
+                )
+        inputs = self._on_served(inputs)
+        signers = self.signers(inputs.shared, base_url, holder)
         return plan_query(
             inputs,
             tables=self.tables,
@@ -123,6 +169,10 @@ class Planner:
             or request.refresh_token is not None
         ):
             return None
+        served = self.served_at_once(inputs.shared, inputs.caps)
+        if served is None:
+            return None
+        inputs = self._on_served(inputs, served)
         resolved = self.tables.resolve_fresh(inputs.shared)
         if resolved is None:
             return None
@@ -141,16 +191,59 @@ class Planner:
 
     def changes(self, inputs: ChangesInputs, base_url: str, holder: UrlHolder) -> QueryPlan:
         """`GET .../changes`: the change data feed of a version range."""
-        return plan_changes(
-            inputs,
-            tables=self.tables,
-            tokens=self.change_tokens,
-            page_size_limit=self._config.query_table_page_size_limit,
-            signer_for=self.signers(inputs.shared, base_url, holder),
-        )
+        with _history_of(inputs.shared, inputs.caps, "changes"):
+            return plan_changes(
+                inputs,
+                tables=self.tables,
+                tokens=self.change_tokens,
+                page_size_limit=self._config.query_table_page_size_limit,
+                signer_for=self.signers(inputs.shared, base_url, holder),
+            )
 
     def metadata(
         self, shared: SharedTable, caps: Capabilities, *, version: int | None, timestamp: str | None
     ) -> MetadataResponse:
         """`GET .../metadata`: protocol and metadata of the latest or a chosen version."""
-        return plan_metadata(shared, caps, version=version, timestamp=timestamp, tables=self.tables)
+        return plan_metadata(
+            self.served(shared, caps),
+            caps,
+            version=version,
+            timestamp=timestamp,
+            tables=self.tables,
+        )
+
+    def check_async(self, inputs: QueryInputs) -> None:
+        """Refuse, before an async query is recorded, one its copy would serve: the async
+        service pins and pages the original table only. May read the table's log."""
+        if QueryKind.of(inputs.request) is not QueryKind.STREAMING:
+            self._on_served(inputs)
+
+    def _on_served(self, inputs: QueryInputs, served: SharedTable | None = None) -> QueryInputs:
+        """A snapshot query's inputs on the table that serves it (`served`)."""
+        if served is None:
+            served = self.served(inputs.shared, inputs.caps)
+        if served is inputs.shared:
+            return inputs
+        if inputs.caps.async_query:
+            raise UnsupportedOperation(
+                f"Table {inputs.shared.full_name} is served to clients reading the parquet "
+                "format from its compatible copy, which answers synchronous queries only; "
+                "query it without asyncquery=true."
+            )
+        return replace(inputs, shared=served)
+
+
+@contextmanager
+def _history_of(shared: SharedTable, caps: Capabilities, what: str) -> Iterator[None]:
+    """A range query that the original table cannot answer in the parquet format, on a
+    table with a compatible copy: say that the copy cannot answer it either."""
+    try:
+        yield
+    except UnsupportedOperation as exc:
+        if not serves_copy(shared.config, caps):
+            raise
+        raise UnsupportedOperation(
+            f"{exc.message} Table {shared.full_name}'s compatible copy, which serves "
+            f"parquet-format snapshot queries, keeps no change history, so {what} on this "
+            "table needs responseformat=delta."
+        ) from exc

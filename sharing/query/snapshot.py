@@ -23,9 +23,10 @@ from sharing.formats import FileContext
 from sharing.formats.ids import with_file_ids
 from sharing.formats.templates import LineTemplates, line_templates
 from sharing.formats.writers import writer_for
-from sharing.presign.base import Signer
+from sharing.presign.base import Signer, TableFiles
 from sharing.query import capabilities
 from sharing.query.capabilities import Capabilities
+from sharing.query.early import plan_early, streams_early, worth_streaming
 from sharing.query.kinds import PinnedVersion
 from sharing.query.plan import (
     FileSection,
@@ -59,20 +60,33 @@ def plan_query(
     tables: TableService,
     tokens: QueryTokens,
     page_size_limit: int,
-    signer_for: Callable[[Snapshot], Signer],
+    signer_for: Callable[[TableFiles], Signer],
     hints: HintSettings = HintSettings(),
     selections: SelectionCache | None = None,
 ) -> QueryPlan:
     """Resolve, check and select everything for one snapshot query (or one page of it).
     With `selections`, a small response's selection is kept there for the next request
-    with the same table version and options (see sharing.query.small)."""
+    with the same table version and options (see sharing.query.small). A query that
+    finds its table cold streams while the snapshot loads (sharing.query.early)."""
     shared, request = inputs.shared, inputs.request
     pinned = _pinned(inputs, tokens)
-    if pinned is not None:
-        if pinned.time_travel:
-            resolved = tables.resolve(shared, version=pinned.version, timestamp=None)
+    if pinned is None and streams_early(inputs):
+        found = tables.resolve_early(shared)
+        if isinstance(found, ResolvedSnapshot):
+            resolved = found
+        elif not worth_streaming(found):
+            resolved = ResolvedSnapshot(found.result(), False)
         else:
-            resolved = ResolvedSnapshot(tables.at_version(shared, pinned.version), False)
+            return plan_early(
+                inputs,
+                found,
+                tokens=tokens,
+                signer_for=signer_for,
+                evaluate_json=hints.evaluate_json,
+                evaluate_sql=hints.evaluate_sql,
+            )
+    elif pinned is not None:
+        resolved = tables.pinned(shared, pinned.version, pinned.time_travel)
     else:
         resolved = tables.resolve(shared, version=request.version, timestamp=request.timestamp)
     planned = _plan(
@@ -142,7 +156,7 @@ def _plan(
         table_root=snapshot.table_root,
         signer=signer,
         id_scheme=id_scheme,
-        version=snapshot.version if resolved.time_travel else None,
+        version=resolved.version if resolved.time_travel else None,
         timestamp=resolved.commit_timestamp if resolved.time_travel else None,
     )
     key = _selection_key(inputs, snapshot, context, response_format, start, size)
@@ -157,11 +171,11 @@ def _plan(
 
     next_page_token = None
     if selection.next_index is not None:
-        this = PinnedVersion(snapshot.version, 0, resolved.time_travel)
+        this = PinnedVersion(resolved.version, 0, resolved.time_travel)
         next_page_token = tokens.page_token(shared, request, this, selection.next_index)
     refresh_token = None
     if request.include_refresh_token:
-        refresh_token = tokens.refresh_token(shared, snapshot.version)
+        refresh_token = tokens.refresh_token(shared, resolved.version)
     prepared = None
     sections: list[Section] = []
     if selection.templates is not None:
@@ -170,7 +184,7 @@ def _plan(
         sections.append(FileSection(selection.files, context, rows=selection.rows))
     asked = inputs.caps.include_end_stream_action
     return QueryPlan(
-        version=snapshot.version,
+        version=resolved.version,
         response_format=response_format,
         head=selection.head,
         sections=sections,
@@ -194,10 +208,12 @@ def _selection_key(
 ) -> tuple[object, ...]:
     """Everything a selection depends on: the table (as configured), the recipient's bound
     partition filter (not the recipient: equal slices share entries) and its version, the
-    response format and id scheme, time travel, and the request's hints and page."""
+    response format and id scheme, time travel, and the request's hints and page. A
+    compatible copy has its own location and versions, and is marked besides."""
     shared, request = inputs.shared, inputs.request
     return (
         shared.full_name,
+        shared.from_copy,
         shared.slice_key,
         shared.config.location,
         shared.config.storage,
@@ -323,12 +339,14 @@ def plan_metadata(
     timestamp: str | None,
     tables: TableService,
 ) -> MetadataResponse:
-    """Protocol and metadata of the latest snapshot, or of `version` / `timestamp`."""
-    snapshot = tables.resolve(shared, version=version, timestamp=timestamp).snapshot
+    """Protocol and metadata of the latest snapshot, or of `version` / `timestamp` (of
+    the copy holding it, for a compatible copy: the copy's schema, the source's version)."""
+    resolved = tables.resolve(shared, version=version, timestamp=timestamp)
+    snapshot = resolved.snapshot
     chosen = capabilities.choose_format(caps, snapshot.protocol, snapshot.metadata)
     visible = visible_rows(snapshot.files, snapshot.metadata, shared.partition_filter)
     figures = visible_figures(snapshot.files, visible)
     head = writer_for(chosen).head_lines(
         table_head(snapshot, shared.config.history_shared, figures)
     )
-    return MetadataResponse(snapshot.version, chosen, head)
+    return MetadataResponse(resolved.version, chosen, head)

@@ -28,6 +28,7 @@ from sharing.query.ranges import RangeKind, RangeRequest, plan_range
 from sharing.query.request import QueryInputs
 from sharing.query.tokens import QueryTokens
 from sharing.tables import DataChangeCommit, TableService, require_history
+from sharing.views.materializations import refuse_view_history
 
 
 class Streaming(RangeKind[DataChangeCommit]):
@@ -73,6 +74,7 @@ def plan_streaming(
     """The plan of a streaming query (or of one page of it); every client error is raised
     here, before streaming."""
     shared, request = inputs.shared, inputs.request
+    refuse_view_history(shared.config, shared.full_name, "a query from 'startingVersion'")
     require_history(shared)
     if request.page_token is not None:
         position = tokens.read_stream_page_token(shared, request)

@@ -4,7 +4,10 @@ Both pin the snapshot version chosen by the first request, so later pages and UR
 see the same files even when the table moves on. Tokens are signed (sharing.tokens) and
 bound to the table's configured id, the recipient and its bound partition filter
 (sharing.slices); a page token also carries a checksum of the query parameters, which must
-not change between pages. `QueryTokens.encode_page` and
+not change between pages. A token of a query served from a table's compatible copy
+(sharing.copies) is marked so, and only continues on the copy (and an unmarked one only on
+the original): the versions both pin are the source's, but the files differ.
+`QueryTokens.encode_page` and
 `decode_page` make and check every kind of page token (snapshot, streaming, and change
 data feed queries, each with its own pinned integers and parameters).
 """
@@ -27,6 +30,7 @@ PAGE_KIND = "query-page"
 STREAM_PAGE_KIND = "stream-page"
 REFRESH_KIND = "query-refresh"
 CHANGES_PAGE_KIND = "changes-page"
+COPY_MARK = "cp"  # in the tokens of queries served from a compatible copy
 
 
 def checksum(parameters: Mapping[str, object]) -> str:
@@ -171,11 +175,14 @@ class QueryTokens:
         return PinnedVersion(version)
 
 
-def _holder(shared: SharedTable) -> dict[str, str]:
+def _holder(shared: SharedTable) -> dict[str, str | int]:
     """Whose token it is: the recipient and its bound partition filter (sharing.slices),
     so a token never resumes another recipient's slice, nor a slice the recipient's
-    properties no longer give it."""
-    return {"r": shared.recipient or "", "f": shared.slice_key}
+    properties no longer give it; and `cp` on a compatible copy's."""
+    holder: dict[str, str | int] = {"r": shared.recipient or "", "f": shared.slice_key}
+    if shared.from_copy:
+        holder[COPY_MARK] = 1
+    return holder
 
 
 def _check_holder(payload: Mapping[str, object], shared: SharedTable, kind: str) -> None:
@@ -186,7 +193,14 @@ def _check_holder(payload: Mapping[str, object], shared: SharedTable, kind: str)
     if payload.get("f", "") != shared.slice_key:
         raise InvalidParameter(
             f"The {kind} token was issued for another slice of the table (the recipient's "
-            "properties changed). Please restart the query."
+            "properties or the table's partition filter changed). Please restart the query."
+        )
+    if payload.get(COPY_MARK, 0) != int(shared.from_copy):
+        served = "its compatible copy" if payload.get(COPY_MARK) else "the original table"
+        raise InvalidParameter(
+            f"The {kind} token was issued for a query served from {served} of "
+            f"{shared.full_name} (the copy serves clients reading only the parquet "
+            "format); it cannot continue this one. Please restart the query."
         )
 
 

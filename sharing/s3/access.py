@@ -3,9 +3,10 @@
 The signature proves the key's claims (sharing.s3.keys); this module then asks the same
 sources as a bearer-token request: the recipient directory (disabled, expired, revoked
 credential, IP allow-list: cached for at most `store.cacheSeconds`) and the live catalog as
-that recipient sees it (the table still shared with it, whole — a partition-filtered view
-would be bypassed by reading files — and with its history shared). Only then is the object
-key resolved inside the table's folder, symlinks included.
+that recipient sees it (the table still shared with it, and as the key's scope says: read
+whole with its history shared for a key opening the folder, the same slice for a key
+limited to one — sharing.s3.scope). Only then is the object key resolved
+(sharing.s3.objects), inside the table's folder, symlinks included.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sharing.recipients.names import ANONYMOUS_RECIPIENT
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.s3 import keys, sigv4
 from sharing.s3.errors import S3Error
+from sharing.s3.scope import reads_whole, slice_scope
 from sharing.slices import Viewer
 
 __all__ = ["Grant", "KeyChecker", "TableFolder"]
@@ -44,6 +46,11 @@ class Grant:
 
     claims: keys.KeyClaims
     shared: SharedTable
+
+    @property
+    def whole_folder(self) -> bool:
+        """Whether the key opens the table's folder, not only a slice's files."""
+        return self.claims.scope is None
 
     def folder(self) -> TableFolder:
         return TableFolder(self.shared.config.location)
@@ -156,9 +163,17 @@ class KeyChecker:
                 Reason.FORBIDDEN,
                 claims,
             ) from None
-        if shared.partition_filter is not None or not shared.config.history_shared:
+        if claims.scope is None and not reads_whole(shared):
             raise _verified(
-                S3Error.access_denied("The table's files are not open to direct access."),
+                S3Error.access_denied("The table's folder is not open to this key's holder."),
+                Reason.FORBIDDEN,
+                claims,
+            )
+        if claims.scope is not None and claims.scope != slice_scope(shared):
+            raise _verified(
+                S3Error.access_denied(
+                    "What this key's holder sees of the table has changed: load it again."
+                ),
                 Reason.FORBIDDEN,
                 claims,
             )

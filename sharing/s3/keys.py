@@ -7,6 +7,10 @@ is an HMAC of the token under a key derived from the signing secret. Editing any
 changes the secret the server expects, so the SigV4 signature made with the vended secret
 no longer matches: a key for one table or recipient never opens another, and its expiry
 cannot be extended. The token says nothing secret; the secret is never sent back.
+
+A key's `scope` says what of the table it opens: none, the table's whole folder (a table
+the holder reads whole, with its history); otherwise the digest of the holder's slice
+(sharing.s3.scope), and the key opens only the files that slice's generated metadata names.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ class MalformedKey(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class KeyClaims:
-    """What a key grants: read access to one table's folder for one holder until `expires_ms`."""
+    """What a key grants: read access to one table for one holder until `expires_ms` — its
+    whole folder (`scope` None) or the files of the slice `scope` digests."""
 
     share: str
     schema: str
@@ -53,6 +58,7 @@ class KeyClaims:
     recipient: str
     credential_id: str | None
     expires_ms: int
+    scope: str | None = None
 
     @property
     def bucket(self) -> str:
@@ -93,7 +99,7 @@ def bucket_for(share: str, schema: str, table: str) -> str:
 
 
 def _encode(claims: KeyClaims) -> str:
-    document = {
+    document: dict[str, str | int | None] = {
         "s": claims.share,
         "c": claims.schema,
         "t": claims.table,
@@ -101,6 +107,8 @@ def _encode(claims: KeyClaims) -> str:
         "i": claims.credential_id,
         "e": claims.expires_ms,
     }
+    if claims.scope is not None:
+        document["k"] = claims.scope
     raw = json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
     return _TOKEN_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -126,12 +134,14 @@ def mint(
     recipient: str,
     credential_id: str | None,
     validity_seconds: int,
+    scope: str | None = None,
     now_ms: int | None = None,
 ) -> AccessKey:
-    """A key for one table and holder, valid for `validity_seconds` from now."""
+    """A key for one table and holder, valid for `validity_seconds` from now, opening the
+    table's folder (`scope` None) or the slice `scope` names."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     claims = KeyClaims(
-        share, schema, table, recipient, credential_id, now + validity_seconds * 1000
+        share, schema, table, recipient, credential_id, now + validity_seconds * 1000, scope
     )
     token = _encode(claims)
     return AccessKey(access_key_id(token), secret_for(signing_secret, token), token, claims)
@@ -152,12 +162,14 @@ def read_token(session_token: str) -> KeyClaims:
     names = [document.get(k) for k in ("s", "c", "t", "r")]
     credential_id = document.get("i")
     expires = document.get("e")
+    scope = document.get("k")
     if (
         not all(isinstance(n, str) and n for n in names)
         or not (credential_id is None or isinstance(credential_id, str))
+        or not (scope is None or (isinstance(scope, str) and scope))
         or not isinstance(expires, int)
         or isinstance(expires, bool)
     ):
         raise MalformedKey("unreadable session token")
     share, schema, table, recipient = (str(n) for n in names)
-    return KeyClaims(share, schema, table, recipient, credential_id, expires)
+    return KeyClaims(share, schema, table, recipient, credential_id, expires, scope)

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from sharing.catalog import SharedTable
 from sharing.credentials import OUTSIDE_TABLE, TemporaryCredentials
 from sharing.errors import InvalidParameter
-from sharing.s3 import keys
+from sharing.s3 import keys, scope
 
 __all__ = ["endpoint_url", "table_location", "vend_local"]
 
@@ -20,7 +20,7 @@ def endpoint_url(base_url: str, endpoint: str) -> str:
 
 def table_location(shared: SharedTable) -> str:
     """The table's root as the S3 endpoint names it."""
-    return f"s3://{keys.bucket_for(shared.share, shared.schema, shared.name)}/"
+    return scope.table_location(shared.share, shared.schema, shared.name)
 
 
 def _check_requested(root: str, requested: str | None) -> str:
@@ -52,8 +52,10 @@ def vend_local(
     requested: str | None,
     validity_seconds: int,
     endpoint: str,
+    key_scope: str | None = None,
 ) -> TemporaryCredentials:
-    """A key for `shared` handed to `recipient` (and the credential it presented)."""
+    """A key for `shared` handed to `recipient` (and the credential it presented), opening
+    the table's folder or, with `key_scope`, the slice it names (sharing.s3.scope)."""
     location = _check_requested(table_location(shared), requested)
     key = keys.mint(
         signing_secret,
@@ -63,6 +65,7 @@ def vend_local(
         recipient=recipient,
         credential_id=credential_id,
         validity_seconds=validity_seconds,
+        scope=key_scope,
     )
     return TemporaryCredentials(
         location=location,

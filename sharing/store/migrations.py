@@ -131,6 +131,10 @@ def _catalog_shares(connection: Connection) -> None:
     connection.execute(schema.state.insert().values(key="catalog", value=0))
 
 
+def _refresh_status(connection: Connection) -> None:
+    schema.refresh_status.create(connection)
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
@@ -141,6 +145,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0007_recipient_properties", _recipient_properties),  # sharing/slices.py
     Migration("0008_catalog_shares", _catalog_shares),  # shares made at run time (sharing/shares)
     Migration("0009_async_query_owners", _async_query_owners),  # who may poll a query
+    Migration("0010_refresh_status", _refresh_status),  # sharing/refresh_status.py
 ]
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "oauth_assertion_jtis",
     "recipient_grants",
     "recipients",
+    "refresh_status",
     "state",
 ]
 
@@ -224,4 +225,32 @@ catalog_tables = Table(
     Column("position", BigInteger, nullable=False),  # listing order: order of addition
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+)
+
+# What the refresher (`lakeshare views refresh`, pipeline/) last did for each compatible copy
+# and each view's materialization per property tuple (sharing/refresh_status.py): written
+# by the refresher, read by `lakeshare views status` and the server's /metrics, so every
+# replica and the CLI see the same record. `tuple` is "" for copies.
+refresh_status = Table(
+    "refresh_status",
+    metadata,
+    Column("name", String(255), primary_key=True),  # share.schema.table, lower-case
+    Column("tuple", String(64), primary_key=True),  # the property tuple's digest, or ""
+    Column("kind", String(20), nullable=False),  # "copy" or "view"
+    Column("source_versions", Text, nullable=True),  # JSON {source: latest version seen}
+    Column("materialized_version", BigInteger, nullable=True),
+    Column("materialized_sources", Text, nullable=True),  # JSON {source: version it holds}
+    Column("lag_versions", BigInteger, nullable=True),
+    Column("checked_ms", BigInteger, nullable=True),  # end of the last pass that succeeded
+    Column("refreshed_ms", BigInteger, nullable=True),  # start of the last pass that committed
+    Column("refresh_ms", BigInteger, nullable=True),  # how long that pass took
+    Column("mode", String(20), nullable=True),  # that pass's mode (incremental, full...)
+    Column("rows", BigInteger, nullable=True),
+    Column("files_written", BigInteger, nullable=True),
+    Column("files_removed", BigInteger, nullable=True),
+    Column("error", Text, nullable=True),  # the last failure's message (kept after a success)
+    Column("error_ms", BigInteger, nullable=True),
+    Column("errors", BigInteger, nullable=False, default=0),  # failed passes, ever
+    Column("failing", Boolean, nullable=False, default=False),  # the last pass failed
+    Column("updated_ms", BigInteger, nullable=False),
 )

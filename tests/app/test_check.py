@@ -241,3 +241,22 @@ def test_store_tables_are_checked_and_a_missing_store_is_not_created(
     reports = {r["table"]: r for r in json.loads(capsys.readouterr().out)["tables"]}
     assert reports["s.d.good"]["status"] == "ok"
     assert reports["live.d.missing"]["status"] == "unusable"
+
+
+def test_an_unwritable_iceberg_cache_dir_fails_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tables = _local_tables(tmp_path)[:1]
+    cache = tmp_path / "iceberg-cache"
+    assert _run(tmp_path, _document(tables, iceberg={"cacheDir": str(cache)})) == 0
+    assert cache.is_dir() and list(cache.iterdir()) == []  # the probe is gone
+    capsys.readouterr()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a directory cannot be made under a file, even by root
+    document = _document(tables, iceberg={"cacheDir": str(blocker / "cache")})
+    assert _run(tmp_path, document, "--format", "json") == 1
+    errors = json.loads(capsys.readouterr().out)["errors"]
+    assert len(errors) == 1 and errors[0].startswith("iceberg.cacheDir: the Iceberg metadata")
+    assert str(blocker / "cache") in errors[0]
+    assert _run(tmp_path, document) == 1
+    assert "error: iceberg.cacheDir" in capsys.readouterr().out

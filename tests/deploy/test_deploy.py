@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -139,13 +140,23 @@ class Rendering:
         [doc] = [
             doc
             for doc in self.docs
-            if doc["kind"] == kind and doc["metadata"]["name"].endswith(name_suffix)
+            if doc["kind"] == kind
+            and doc["metadata"]["name"].endswith(name_suffix)
+            # the server's objects unless the refresher's are asked for
+            and (
+                name_suffix.endswith("refresher")
+                or not doc["metadata"]["name"].endswith("-refresher")
+            )
         ]
         return doc
 
     @property
     def pod(self) -> dict[str, Any]:
         return self.one("Deployment")["spec"]["template"]
+
+    @property
+    def refresher_pod(self) -> dict[str, Any]:
+        return self.one("Deployment", "-refresher")["spec"]["template"]
 
     @property
     def container(self) -> dict[str, Any]:
@@ -612,9 +623,9 @@ def test_kustomize_builds_with_and_without_the_data_volume(tmp_path: Path) -> No
 # --- Docker -----------------------------------------------------------------------------
 
 
-def _compose_service() -> dict[str, Any]:
+def _compose_service(name: str = "lakeshare") -> dict[str, Any]:
     [compose] = _documents(DEPLOY / "docker-compose.yml")
-    return compose["services"]["lakeshare"]
+    return dict(compose["services"][name])
 
 
 def _compose_mounts() -> list[tuple[str, str, bool]]:
@@ -839,8 +850,14 @@ def _read_as_a_recipient_created_at_run_time(config_file: Path, port: int, tmp_p
 def test_dockerfile_runs_the_mounted_config() -> None:
     text = (REPO_ROOT / "Dockerfile").read_text()
     assert f'CMD ["serve", "--config", "{CONFIG_MOUNT}"]' in text
-    [user] = re.findall(r"^USER (\d+):(\d+)$", text, flags=re.MULTILINE)
-    assert user == (str(IMAGE_UID), str(IMAGE_UID))
+    users = re.findall(r"^USER (\d+):(\d+)$", text, flags=re.MULTILINE)
+    assert len(users) == 2  # the server's stage and the refresher's
+    assert set(users) == {(str(IMAGE_UID), str(IMAGE_UID))}
+    # The server image is the default target (the last stage); the refresher is built on
+    # request and runs the watch loop on the same mounted configuration.
+    stages = re.findall(r"^FROM \S+ AS (\S+)$", text, flags=re.MULTILINE)
+    assert stages[-1] == "server" and "refresher" in stages
+    assert f'CMD ["views", "refresh", "--watch", "--config", "{CONFIG_MOUNT}"]' in text
     # The dev extra installs hadolint into the venv, which need not be on PATH.
     hadolint = shutil.which("hadolint") or shutil.which(
         "hadolint", path=str(Path(sys.executable).parent)
@@ -851,3 +868,136 @@ def test_dockerfile_runs_the_mounted_config() -> None:
         [hadolint, str(REPO_ROOT / "Dockerfile")], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the refresher (lakeshare views refresh --watch) -------------------------------------
+
+
+def _refresher(case: str, **values: Any) -> Rendering:
+    return _with(case, refresher={"enabled": True, **values.pop("refresher", {})}, **values)
+
+
+def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def test_the_refresher_is_off_by_default() -> None:
+    [values] = _documents(CHART / "values.yaml")
+    assert values["refresher"]["enabled"] is False
+    for case in CASES:
+        rendering = _rendering(case)
+        assert not [d for d in rendering.docs if d["metadata"]["name"].endswith("-refresher")]
+        assert not [d for d in rendering.docs if d["metadata"]["name"].endswith("-views")]
+
+
+REFRESHER_CASES = {
+    # the defaults: an SQLite store and a views claim, both ReadWriteOnce
+    "default": lambda: _refresher("default"),
+    # two replicas on PostgreSQL, a shared data claim: the views claim must be shared too
+    "local": lambda: _refresher(
+        "local", refresher={"persistence": {"accessModes": ["ReadWriteMany"]}}
+    ),
+    # everything in the cloud, Spark Connect: no claim at all
+    "cloud": lambda: _refresher(
+        "cloud",
+        views={
+            "location": "s3://lake/lakeshare-views",
+            "spark": {"remote": "sc://spark-connect.spark:15002"},
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFRESHER_CASES)
+def test_the_refresher_renders_validates_and_lints_when_enabled(case: str) -> None:
+    rendering = REFRESHER_CASES[case]()
+    refresher = rendering.one("Deployment", "-refresher")
+    for doc in rendering.docs:
+        _validate(doc)
+    values = {**CASES[case], "refresher": {"enabled": True}}
+    lint = helm.lint(str(CHART), values, strict=True, kube_version=f"v{KUBERNETES_VERSION}")
+    assert not lint["errors"], lint
+    assert refresher["spec"]["replicas"] == 1
+    assert refresher["spec"]["strategy"] == {"type": "Recreate"}
+    pod = rendering.refresher_pod
+    [container] = pod["spec"]["containers"]
+    assert container["image"].startswith("lakeshare-refresher:")
+    assert container["args"] == ["views", "refresh", "--watch", "--config", CONFIG_MOUNT]
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    # locked down like the server, with the server's configuration and environment
+    assert pod["spec"]["securityContext"] == rendering.pod["spec"]["securityContext"]
+    assert container["securityContext"] == rendering.container["securityContext"]
+    server_env = {v["name"] for v in rendering.container["env"]}
+    assert server_env <= {v["name"] for v in container["env"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts[str(Path(CONFIG_MOUNT).parent)]["readOnly"] is True and "/tmp" in mounts
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["config"] == rendering.volumes["config"]
+    # neither the server's Deployment, Service nor budget selects the refresher's pods
+    labels = pod["metadata"]["labels"]
+    assert not _selects(rendering.one("Deployment")["spec"]["selector"]["matchLabels"], labels)
+    assert not _selects(rendering.one("Service")["spec"]["selector"], labels)
+    assert _selects(refresher["spec"]["selector"]["matchLabels"], labels)
+    config = rendering.config(CLOUD_ENVIRONMENT)
+    assert config.views.location is not None
+    if case == "cloud":
+        assert config.views.location == "s3://lake/lakeshare-views"
+        assert config.views.spark.remote == "sc://spark-connect.spark:15002"
+        assert "views" not in volumes and "affinity" not in pod["spec"]
+        return
+    # the copies' claim: written by the refresher, read by the server
+    assert mounts[config.views.location].get("readOnly") is not True
+    assert rendering.mounts[config.views.location]["readOnly"] is True
+    claim = volumes[mounts[config.views.location]["name"]]["persistentVolumeClaim"]["claimName"]
+    assert rendering.one("PersistentVolumeClaim", "-views")["metadata"]["name"] == claim
+    if case == "default":
+        # the SQLite store's claim, shared: the refresher's records reach the server
+        store = _store_file(config)
+        assert _under(store, mounts) == _under(store, rendering.mounts)
+        affinity = pod["spec"]["affinity"]["podAffinity"]
+        [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert _selects(term["labelSelector"]["matchLabels"], rendering.pod["metadata"]["labels"])
+    else:
+        assert config.store.url == STORE_URL and "affinity" not in pod["spec"]
+
+
+def test_several_replicas_refuse_a_single_node_views_claim() -> None:
+    with pytest.raises(helm.HelmError, match="ReadWriteMany"):
+        _refresher("local")
+
+
+def test_compose_refresher_profile() -> None:
+    """The optional refresher service: only with `--profile refresher`, built from the
+    Dockerfile's refresher stage, on the server's configuration and state volume (its
+    status records reach the server; views.location lies on that volume)."""
+    refresher = _compose_service("refresher")
+    server = _compose_service()
+    assert refresher["profiles"] == ["refresher"]
+    assert refresher["build"]["target"] == "refresher"
+    assert "FROM base AS refresher" in (REPO_ROOT / "Dockerfile").read_text()
+    assert refresher["command"] == ["views", "refresh", "--watch", "--config", CONFIG_MOUNT]
+    assert set(ENVIRONMENT) <= set(refresher["environment"])
+    assert f"./config.yaml:{CONFIG_MOUNT}:ro" in refresher["volumes"]
+    state = next(v for v in server["volumes"] if v.startswith("state:"))
+    assert state in refresher["volumes"]
+    config = _server_config((DEPLOY / "config.yaml").read_text())
+    assert config.views.location is not None
+    assert Path(config.views.location).is_relative_to(state.split(":")[1])
+    assert refresher["read_only"] is True and "/tmp" in refresher["tmpfs"]
+    compose = shutil.which("docker-compose")
+    require(compose is not None, "docker-compose (Debian's docker-compose package)")
+    assert compose is not None
+    for profile in ([], ["--profile", "refresher"]):
+        checked = subprocess.run(
+            [compose, "-f", str(DEPLOY / "docker-compose.yml"), *profile, "config"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **ENVIRONMENT},
+            check=False,
+        )
+        assert checked.returncode == 0, checked.stderr
+        services = yaml.safe_load(checked.stdout)["services"]
+        # (docker-compose 1.29 lists every service; Compose v2 hides those of other profiles)
+        assert services["refresher"]["profiles"] == ["refresher"]
+        assert "profiles" not in services["lakeshare"]

@@ -1,9 +1,8 @@
 """The Iceberg REST catalog (`{endpoint}/iceberg`) with PyIceberg 0.12's REST catalog (and
 DuckDB 1.5.5's iceberg extension) against a running server: namespaces, tables, a table's
-schema, snapshots and rows (read through the clients' local file access on this machine:
-the generated metadata is not yet reachable through the S3 endpoint), partition-filter
-slices, ungranted shares as 404s, revoked tokens as 401s, writes refused, and OAuth client
-credentials at the catalog's token path."""
+schema, snapshots and rows (read through the server's S3 endpoint with the keys `loadTable`
+vends), partition-filter slices, ungranted shares as 404s, revoked tokens as 401s, writes
+refused, and OAuth client credentials at the catalog's token path."""
 
 from __future__ import annotations
 

@@ -264,8 +264,15 @@ def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
 
 
 def test_tables_without_direct_access_keep_their_refusals(server: RunningServer) -> None:
-    assert _vend(server, "slice").status_code == 403  # a partition filter would be bypassed
-    assert _vend(server, "nohistory").status_code == 400
+    # A Delta reader lists and reads the log, which names every partition's files (and
+    # every version's): no key opens the folder for a slice or a table without history.
+    sliced = _vend(server, "slice")
+    assert sliced.status_code == 403
+    assert sliced.json()["errorCode"] == "PERMISSION_DENIED"
+    assert "partition filter" in sliced.json()["message"]
+    nohistory = _vend(server, "nohistory")
+    assert nohistory.status_code == 400
+    assert "history sharing is not enabled" in nohistory.json()["message"]
     outside = httpx.post(
         server.url("/shares/sales/schemas/d/tables/basic/temporary-table-credentials"),
         headers={"Authorization": f"Bearer {TEST_BEARER_TOKEN}"},
@@ -441,3 +448,38 @@ def test_deletion_vectors_and_checkpoints_are_served(server: RunningServer) -> N
     assert any(k.endswith(".checkpoint.parquet") for k in listed)
     for key in listed:
         assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == (DV / key).read_bytes()
+
+
+def test_listings_give_location_and_access_modes_where_directory_access_is_open(
+    server: RunningServer,
+) -> None:
+    import delta_sharing
+
+    with_directory = ("basic", "parts", "checkpointed", "dv")
+    for path in ("/shares/sales/all-tables", "/shares/sales/schemas/d/tables"):
+        reply = httpx.get(
+            server.url(path), headers={"Authorization": f"Bearer {TEST_BEARER_TOKEN}"}
+        )
+        assert reply.status_code == 200
+        items = {item["name"]: item for item in reply.json()["items"]}
+        assert set(items) == {*with_directory, "nohistory", "slice"}
+        for name in with_directory:
+            item = items[name]
+            # The protocol's field order: name, schema, share, location, accessModes, id.
+            assert list(item) == ["name", "schema", "share", "location", "accessModes", "id"]
+            assert item["accessModes"] == ["url", "dir"]
+            # `location` is what temporary-table-credentials opens, and reads the log.
+            creds = _credentials(server, name)
+            assert item["location"] == creds["location"]
+            listed = _client(creds["awsTempCredentials"]).list_objects_v2(
+                Bucket=_bucket(item["location"]), Prefix="_delta_log/", MaxKeys=1
+            )
+            assert listed["KeyCount"] == 1
+        for name in ("nohistory", "slice"):  # URL access only: neither field
+            assert list(items[name]) == ["name", "schema", "share", "id"]
+    # The official client still parses the listings.
+    client = delta_sharing.SharingClient(str(server.profile_path))
+    names = sorted(table.name for table in client.list_all_tables())
+    assert names == sorted([*with_directory, "nohistory", "slice"])
+    schema = delta_sharing.Schema(name="d", share="sales")
+    assert sorted(t.name for t in client.list_tables(schema)) == names

@@ -71,8 +71,8 @@ views:
     assert status.returncode == 0, status.stderr
     (row,) = json.loads(status.stdout)
     assert row["name"] == "sales.eu.orders"
-    assert row["source_version"] == row["materialized_source_version"] == 15
-    assert row["lag_versions"] == 0 and row["last_files_written"] == 15
-    assert row["last_error"] is None
+    assert row["source_versions"] == row["materialized_sources"] == {"sales.eu.orders": 15}
+    assert row["lag_versions"] == 0 and row["files_written"] == 15 and row["mode"] == "create"
+    assert row["error"] is None and row["failing"] is False
     unknown = _lakeshare("views", "refresh", "--config", str(config), "--view", "sales.eu.plain")
-    assert unknown.returncode == 2 and "no compatible copy named" in unknown.stderr
+    assert unknown.returncode == 2 and "no view or compatible copy named" in unknown.stderr

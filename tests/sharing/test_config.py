@@ -502,7 +502,7 @@ def test_example_config_in_the_repo_loads_cleanly() -> None:
     assert config.authorization == AuthorizationConfig(bearer_token="t" * 24)
     assert config.signing_secret == SECRET.encode()
     assert config.port == 8080
-    assert sum(len(schema.tables) for share in config.shares for schema in share.schemas) == 5
+    assert sum(len(schema.tables) for share in config.shares for schema in share.schemas) == 6
 
 
 # --- tokens, names and open access (issue 11) -------------------------------------------------

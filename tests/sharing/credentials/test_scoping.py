@@ -56,6 +56,25 @@ def test_s3_session_policy() -> None:
     assert whole[1]["Condition"] == {"StringLike": {"s3:prefix": ["*"]}}
 
 
+def test_s3_session_policy_with_the_tables_generated_metadata() -> None:
+    """The Iceberg catalog's credential: the table and its metadata folder, nothing else."""
+    policy = json.loads(
+        session_policy(
+            "bucket", "warehouse/t1", "us-east-1", also=[("meta", "iceberg/abc"), ("bucket", "m")]
+        )
+    )
+    get, *listings = policy["Statement"]
+    assert get["Resource"] == [
+        "arn:aws:s3:::bucket/warehouse/t1/*",
+        "arn:aws:s3:::meta/iceberg/abc/*",
+        "arn:aws:s3:::bucket/m/*",
+    ]
+    assert [(s["Resource"], s["Condition"]["StringLike"]["s3:prefix"]) for s in listings] == [
+        (["arn:aws:s3:::bucket"], ["warehouse/t1/*", "m/*"]),
+        (["arn:aws:s3:::meta"], ["iceberg/abc/*"]),
+    ]
+
+
 # -- GCS --------------------------------------------------------------------------------------
 
 
@@ -71,6 +90,16 @@ def test_gcs_access_boundary() -> None:
     )
     whole = vend_gcs.access_boundary("lake", "")["accessBoundary"]["accessBoundaryRules"][0]
     assert "availabilityCondition" not in whole
+    both = vend_gcs.access_boundary("lake", "t1", [("meta", "iceberg/abc")])
+    table, metadata = both["accessBoundary"]["accessBoundaryRules"]
+    assert (
+        table == vend_gcs.access_boundary("lake", "t1")["accessBoundary"]["accessBoundaryRules"][0]
+    )
+    assert metadata["availableResource"] == "//storage.googleapis.com/projects/_/buckets/meta"
+    assert (
+        "'projects/_/buckets/meta/objects/iceberg/abc/'"
+        in (metadata["availabilityCondition"]["expression"])
+    )
 
 
 # -- Azure: the SAS strings -------------------------------------------------------------------
@@ -189,3 +218,12 @@ def test_flat_namespace_gives_a_container_sas_only_to_a_container_table() -> Non
     assert table is not None
     with pytest.raises(NotVendable):
         vend_azure.check(storage, table)
+
+
+def test_one_sas_is_not_stretched_over_a_second_directory() -> None:
+    storage = _storage(hierarchical=True)
+    table, metadata = parse_location(f"{BASE}/tables/t1"), parse_location(f"{BASE}/iceberg")
+    assert table is not None and metadata is not None
+    with pytest.raises(NotVendable) as info:
+        vend_azure.vend(storage, table, f"{BASE}/tables/t1", table, 600, [metadata])
+    assert info.value.reason == vend_azure.ONE_DIRECTORY

@@ -228,8 +228,8 @@ def test_a_store_table_takes_the_file_models_partition_filter_checked_first(stor
 def test_views_refresh_copies_store_tables_that_ask_for_a_compatible_copy(
     store: Store, tmp_path: Path
 ) -> None:
-    """`lakeshare views refresh` (pipeline.cli.copy_specs) sees the store's tables too."""
-    from pipeline.cli import copy_specs
+    """`lakeshare views refresh` (pipeline.targets.copy_targets) sees the store's tables too."""
+    from pipeline.targets import copy_targets
 
     config = _config(store).model_copy(
         update={"store": StoreConfig(url=_url(store)), "views": ViewsConfig(location=str(tmp_path))}
@@ -238,7 +238,7 @@ def test_views_refresh_copies_store_tables_that_ask_for_a_compatible_copy(
     admin.create("s")
     admin.add_table("s", "d", {"name": "plain", "location": BASIC})
     admin.add_table("s", "d", {"name": "copied", "location": OTHER, "compatibleCopy": True})
-    specs = copy_specs(config)
+    specs = [target.spec for target in copy_targets(config)]
     assert [(spec.name, spec.source) for spec in specs] == [("s.d.copied", OTHER)]
 
 

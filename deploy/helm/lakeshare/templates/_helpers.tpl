@@ -104,3 +104,47 @@ ReadWriteOncePod (one pod) are refused with several replicas.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The refresher's pods: a name of their own, so that neither the server's Deployment, its
+Service nor its PodDisruptionBudget selects them.
+*/}}
+{{- define "lakeshare.refresherSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "lakeshare.name" . }}-refresher
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: refresher
+{{- end -}}
+
+{{- define "lakeshare.refresherName" -}}
+{{- printf "%s-refresher" (include "lakeshare.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Where copies and views are materialized when views.location is empty: a claim the
+refresher writes and the server reads, mounted at this path.
+*/}}
+{{- define "lakeshare.viewsDir" -}}
+/var/lib/lakeshare/views
+{{- end -}}
+
+{{- define "lakeshare.viewsOnClaim" -}}
+{{- if and .Values.refresher.enabled .Values.refresher.persistence.enabled (not (.Values.views | default dict).location) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{- define "lakeshare.viewsClaimName" -}}
+{{- .Values.refresher.persistence.existingClaim | default (printf "%s-views" (include "lakeshare.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+The refresher shares a single-node claim with the server (the SQLite store, a
+ReadWriteOnce views or data claim): it must run on the server's node.
+*/}}
+{{- define "lakeshare.refresherOnServerNode" -}}
+{{- $sharedData := and .Values.data.enabled (not (or (has "ReadOnlyMany" .Values.data.accessModes) (has "ReadWriteMany" .Values.data.accessModes))) -}}
+{{- $sharedViews := and (include "lakeshare.viewsOnClaim" .) (not (has "ReadWriteMany" .Values.refresher.persistence.accessModes)) -}}
+{{- if or (include "lakeshare.storeOnClaim" .) $sharedData $sharedViews -}}
+true
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,279 @@
+"""The Iceberg REST catalog over HTTP (`lakeshare serve` in its own process, one worker).
+
+1. `loadTable` on a 100k-file table (bench/iceberg_metadata.py's table: 50 partitions,
+   JSON statistics; the data files are not needed): the first request, which loads the
+   Delta snapshot and generates the Iceberg metadata (cold), against loading the same
+   Delta snapshot in this process (the baseline, same run); then warm requests (the
+   files exist: a lookup; goal < 20 ms), and warm requests with `If-None-Match` (304).
+2. A PyIceberg 0.12 full scan of a local 200-file table through the catalog, its files on
+   the server's S3 endpoint (what a client on another machine does), against pyarrow
+   reading the same parquet files directly (goal <= 1.3x) and pyarrow reading them
+   through the S3 endpoint with the same key (the transport alone): once with a key
+   opening the table's folder (`historyShared`), once with a key limited to the files the
+   metadata names (a table without `historyShared`: every request is checked against
+   that set, sharing.iceberg.named), with the scan's planning (manifests) timed apart.
+
+Wall times (median of `--repeat`), with the load average, since other work shares the
+machine: compare within the run.
+
+Usage: python bench/iceberg_catalog.py [--files N] [--scan-files M] [--rows-per-file R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from iceberg_metadata import write_table as write_big_table  # noqa: E402
+
+from sharing.catalog import SharedTable  # noqa: E402
+from sharing.config import ServerConfig, TableConfig  # noqa: E402
+from sharing.tables import TableService  # noqa: E402
+from tests.support.processes import free_port, stop, wait_http  # noqa: E402
+
+TOKEN = "bench-bearer-token-0123456789"
+SECRET = "bench-signing-secret-0123456789abcdef"
+
+
+def write_scan_table(root: Path, files: int, rows: int) -> list[Path]:
+    """A table of `files` parquet files (id, value, name) committed in one version."""
+    log = root / "_delta_log"
+    log.mkdir(parents=True)
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "value", "type": "double", "nullable": True, "metadata": {}},
+            {"name": "name", "type": "string", "nullable": True, "metadata": {}},
+        ],
+    }
+    metadata = {
+        "id": str(uuid.UUID(int=files * 7)),
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": json.dumps(schema),
+        "partitionColumns": [],
+        "configuration": {},
+        "createdTime": 0,
+    }
+    paths = []
+    lines = [
+        json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        json.dumps({"metaData": metadata}),
+    ]
+    for i in range(files):
+        start = i * rows
+        table = pa.table(
+            {
+                "id": pa.array(range(start, start + rows), pa.int64()),
+                "value": pa.array([float(v) * 0.5 for v in range(rows)], pa.float64()),
+                "name": pa.array([f"name-{v % 1000:04d}" for v in range(rows)]),
+            }
+        )
+        name = f"part-{i:05d}.parquet"
+        pq.write_table(table, root / name)
+        paths.append(root / name)
+        stats = {
+            "numRecords": rows,
+            "minValues": {"id": start},
+            "maxValues": {"id": start + rows - 1},
+            "nullCount": {"id": 0, "value": 0, "name": 0},
+        }
+        add = {
+            "path": name,
+            "partitionValues": {},
+            "size": (root / name).stat().st_size,
+            "modificationTime": 0,
+            "dataChange": True,
+            "stats": json.dumps(stats),
+        }
+        lines.append(json.dumps({"add": add}))
+    (log / f"{0:020d}.json").write_text("\n".join(lines) + "\n")
+    return paths
+
+
+def start_server(config: Path, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    lakeshare = Path(sys.executable).with_name("lakeshare")
+    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    process = subprocess.Popen(
+        [
+            *(str(lakeshare), "serve", "--config", str(config)),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}/delta-sharing"
+    wait_http(f"{base}/shares", process)
+    return base, process
+
+
+def median_time(run: Callable[[], object], repeat: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeat):
+        begin = time.perf_counter()
+        result = run()
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times), result
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def endpoint_filesystem(properties: dict[str, str]) -> Any:
+    """pyarrow's S3 file system on the server's S3 endpoint, with the key loadTable vended
+    (as PyIceberg builds its own)."""
+    from urllib.parse import urlsplit
+
+    from pyarrow.fs import S3FileSystem
+
+    endpoint = urlsplit(properties["s3.endpoint"])
+    return S3FileSystem(
+        access_key=properties["s3.access-key-id"],
+        secret_key=properties["s3.secret-access-key"],
+        session_token=properties["s3.session-token"],
+        region=properties.get("s3.region", "us-east-1"),
+        endpoint_override=properties["s3.endpoint"],
+        scheme=endpoint.scheme,
+        force_virtual_addressing=False,
+    )
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--scan-files", type=int, default=200)
+    parser.add_argument("--rows-per-file", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lakeshare-iceberg-catalog-bench-"))
+    server = None
+    try:
+        big, scan = work / "big", work / "scan"
+        write_big_table(big, args.files, 10)
+        parquet_files = write_scan_table(scan, args.scan_files, args.rows_per_file)
+        tables = [
+            {"name": "big", "location": str(big), "historyShared": True},
+            {"name": "scan_latest", "location": str(scan)},
+            {"name": "scan_s3", "location": str(scan), "historyShared": True},
+        ]
+        config = {
+            "version": 1,
+            "authorization": {"bearerToken": TOKEN},
+            "signingSecret": SECRET,
+            "snapshotCacheDir": "off",
+            "requestTimeoutSeconds": 0,  # a cold 100k-file loadTable may pass the default 30 s
+            "iceberg": {"cacheDir": str(work / "iceberg-cache")},
+            "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
+        }
+        config_path = work / "config.yaml"
+        config_path.write_text(json.dumps(config))  # JSON is YAML
+        print(f"load average at start: {load_average()}")
+
+        # Baseline: the Delta snapshot of the big table, cold, in this process.
+        service = TableService(ServerConfig.model_validate({"version": 1}))
+        shared = SharedTable("s", "d", "big", TableConfig(name="big", location=str(big)))
+        begin, cpu = time.perf_counter(), time.process_time()
+        service.at_version(shared, 1)
+        snapshot_s, snapshot_cpu = time.perf_counter() - begin, time.process_time() - cpu
+
+        base, server = start_server(config_path, work)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        url = f"{base}/iceberg/v1/shares/s/namespaces/d/tables/big"
+        with httpx.Client(timeout=600) as client:
+            begin, server_cpu = time.perf_counter(), process_cpu(server.pid)
+            first = client.get(url, headers=headers)
+            cold_s = time.perf_counter() - begin
+            cold_cpu = process_cpu(server.pid) - server_cpu
+            first.raise_for_status()
+            etag = first.headers["etag"]
+            warm_s, _ = median_time(lambda: client.get(url, headers=headers), 20)
+            not_modified_s, _ = median_time(
+                lambda: client.get(url, headers={**headers, "If-None-Match": etag}), 20
+            )
+        print(f"\nloadTable, {args.files}-file table (50 partitions), over HTTP:")
+        print(
+            f"  Delta snapshot load in this process (baseline): {snapshot_s:.2f} s "
+            f"({snapshot_cpu:.2f} s CPU)"
+        )
+        print(
+            f"  cold loadTable (snapshots of versions 0 and 1 + their metadata): {cold_s:.2f} s "
+            f"= {cold_s / snapshot_s:.1f}x the snapshot load; server CPU {cold_cpu:.2f} s "
+            f"= {cold_cpu / snapshot_cpu:.1f}x the snapshot load's CPU"
+        )
+        print(f"  warm loadTable: {warm_s * 1000:.1f} ms (median of 20; goal < 20 ms)")
+        print(f"  warm loadTable with If-None-Match (304): {not_modified_s * 1000:.1f} ms")
+
+        from pyiceberg.catalog import load_catalog
+
+        catalog = load_catalog(
+            "bench", type="rest", uri=f"{base}/iceberg", token=TOKEN, warehouse="s"
+        )
+        direct_s, direct = median_time(
+            lambda: pq.read_table([str(p) for p in parquet_files]), args.repeat
+        )
+        rows = direct.num_rows  # type: ignore[attr-defined]
+        print(
+            f"\nfull scan of a {args.scan_files}-file local table ({rows} rows), "
+            f"median of {args.repeat}:"
+        )
+        print(f"  pyarrow reading the files directly (baseline): {direct_s:.3f} s")
+        # Local tables are read through the server's S3 endpoint (docs/s3-endpoint.md):
+        # pyarrow reading the same files there with the vended key separates the transport
+        # from PyIceberg's own work.
+        folder_table = catalog.load_table("d.scan_s3")
+        fs = endpoint_filesystem(folder_table.io.properties)
+        bucket = folder_table.location().removeprefix("s3://").rstrip("/")
+        keys = [f"{bucket}/{p.name}" for p in parquet_files]
+        over_s3_s, _ = median_time(lambda: pq.read_table(keys, filesystem=fs), args.repeat)
+        print(
+            f"  pyarrow reading them through the server's S3 endpoint: {over_s3_s:.3f} s "
+            f"= {over_s3_s / direct_s:.2f}x"
+        )
+        for name, label in (
+            ("scan_s3", "PyIceberg through the catalog, the folder's key"),
+            ("scan_latest", "PyIceberg through the catalog, a key for named files"),
+        ):
+            table = catalog.load_table(f"d.{name}")
+            plan_s, _ = median_time(lambda t=table: list(t.scan().plan_files()), args.repeat)
+            scan_s, result = median_time(lambda t=table: t.scan().to_arrow(), args.repeat)
+            assert result.num_rows == rows  # type: ignore[attr-defined]
+            print(
+                f"  {label}: {scan_s:.3f} s = {scan_s / direct_s:.2f}x "
+                f"(goal <= 1.3x; planning {plan_s:.3f} s)"
+            )
+        print(f"\nload average at end: {load_average()}")
+    finally:
+        if server is not None:
+            stop(server)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

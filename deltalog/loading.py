@@ -1,0 +1,197 @@
+"""A snapshot's files, readable in snapshot order while the snapshot is still loading.
+
+Loading a large table reads its checkpoint row group by row group. A reader that only
+wants to go through the files in order (a server streaming them out) need not wait for
+the last row group: the commits after the checkpoint are read first (they are few and
+small), which gives the version's protocol and metadata and the keys those commits touch;
+then every checkpoint row whose key no commit touches is final, in its final place, and
+the commits' winning adds follow the checkpoint's rows. So a load can announce a
+`SnapshotHead` (everything about the version that does not need the rows: protocol,
+metadata, file count and size, read ahead from three narrow checkpoint columns) and then
+hand out each batch of rows as it is read, while it builds the snapshot as usual.
+
+`SnapshotLoading` is that hand-over between the thread that loads (deltalog.snapshot and
+deltalog.snapshot_store publish to the loading current in their context: `observing`)
+and one reader. The reader's backlog is bounded: when it falls `max_rows` rows behind,
+the load stops handing out batches (it never waits for the reader) and the reader
+continues from the finished snapshot at the row it had reached, which holds the same
+rows in the same order. The rows handed out and the finished snapshot's are checked to
+line up, so a reader never sends a mix of two versions.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from deltalog.actions import Metadata, Protocol
+from deltalog.errors import DeltaError
+from deltalog.storage.base import Storage
+
+if TYPE_CHECKING:
+    from deltalog.snapshot import Snapshot
+
+__all__ = ["SnapshotHead", "SnapshotLoading", "current_loading", "observing"]
+
+# How far (in rows) the reader may fall behind before the load stops handing it batches.
+MAX_BACKLOG_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class SnapshotHead:
+    """What a snapshot being loaded is, before its files are read: the same values its
+    finished `Snapshot` will have (`num_files`, `size_in_bytes`), and whether any of its
+    files has a deletion vector."""
+
+    storage: Storage
+    table_root: str
+    version: int
+    protocol: Protocol
+    metadata: Metadata
+    num_files: int
+    size_in_bytes: int
+    deletion_vectors: bool
+
+
+class LoadMismatchError(DeltaError):
+    """The rows handed out during a load are not the finished snapshot's first rows."""
+
+
+class SnapshotLoading:
+    """One load's head and rows, for one reader (see the module docstring)."""
+
+    def __init__(self, max_rows: int | None = None) -> None:
+        self.max_rows = MAX_BACKLOG_ROWS if max_rows is None else max_rows
+        self._cond = threading.Condition()
+        self._head: SnapshotHead | None = None
+        self._backlog: deque[pa.RecordBatch] = deque()
+        self._backlog_rows = 0
+        self._cut = False  # a batch was not handed out: the rest comes from the snapshot
+        self._done = False
+        self._snapshot: Snapshot | None = None
+        self._error: BaseException | None = None
+        self.handed_out = 0  # batches the reader took from the backlog (for tests)
+
+    # -- the loading side -----------------------------------------------------------
+
+    def begin(self, head: SnapshotHead) -> bool:
+        """Announce the head; False when a head was announced already (a second load in
+        the same context, e.g. a fallback after a failed write, publishes nothing)."""
+        with self._cond:
+            if self._head is not None or self._done:
+                return False
+            self._head = head
+            self._cond.notify_all()
+            return True
+
+    def publish(self, batch: pa.RecordBatch) -> None:
+        """The next rows of the snapshot, in order (after an accepted `begin`)."""
+        if batch.num_rows == 0:
+            return
+        with self._cond:
+            if self._cut or self._done:
+                return
+            if self._backlog_rows + batch.num_rows > self.max_rows and self._backlog:
+                self._cut = True
+            else:
+                self._backlog.append(batch)
+                self._backlog_rows += batch.num_rows
+            self._cond.notify_all()
+
+    def finish(self, snapshot: Snapshot) -> None:
+        with self._cond:
+            self._done, self._snapshot = True, snapshot
+            self._cond.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        with self._cond:
+            self._done, self._error = True, error
+            self._cond.notify_all()
+
+    # -- the reading side -----------------------------------------------------------
+
+    @property
+    def head(self) -> SnapshotHead:
+        """The head (once `wait_head` returned it)."""
+        assert self._head is not None, "no head announced yet"
+        return self._head
+
+    def wait_head(self) -> SnapshotHead | None:
+        """The head once announced; None when the load finished without one (the
+        snapshot came from a cache, a store file, or a log without a checkpoint: take
+        `result()`); the load's error when it failed before."""
+        with self._cond:
+            while self._head is None and not self._done:
+                self._cond.wait()
+            if self._head is None and self._error is not None:
+                raise self._error
+            return self._head
+
+    def result(self) -> Snapshot:
+        """The finished snapshot (waits for it; the load's error when it failed)."""
+        with self._cond:
+            while not self._done:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+            assert self._snapshot is not None
+            return self._snapshot
+
+    def files(self, max_rows: int) -> Iterator[pa.RecordBatch]:
+        """Every file of the snapshot in order, in batches of at most `max_rows` rows:
+        those handed out while loading, then the finished snapshot's from there on."""
+        sent = 0
+        last_path: str | None = None
+        while True:
+            with self._cond:
+                while not self._backlog and not self._cut and not self._done:
+                    self._cond.wait()
+                batch = self._backlog.popleft() if self._backlog else None
+                if batch is not None:
+                    self._backlog_rows -= batch.num_rows
+                    self.handed_out += 1
+            if batch is None:
+                break
+            for start in range(0, batch.num_rows, max_rows):
+                yield batch.slice(start, max_rows)
+            sent += batch.num_rows
+            last_path = batch.column("path")[batch.num_rows - 1].as_py()
+        snapshot = self.result()
+        files = snapshot.files
+        head = self._head
+        if (
+            (head is not None and snapshot.version != head.version)
+            or sent > files.num_rows
+            or (sent and files.column("path")[sent - 1].as_py() != last_path)
+        ):
+            raise LoadMismatchError(
+                f"the snapshot's files do not continue the {sent} rows streamed while it loaded"
+            )
+        yield from files.slice(sent).to_batches(max_chunksize=max_rows)
+
+
+_current: contextvars.ContextVar[SnapshotLoading | None] = contextvars.ContextVar(
+    "deltalog_snapshot_loading", default=None
+)
+
+
+@contextmanager
+def observing(loading: SnapshotLoading) -> Iterator[None]:
+    """Loads of a snapshot from a checkpoint in this context publish to `loading`."""
+    token = _current.set(loading)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current_loading() -> SnapshotLoading | None:
+    """The loading this context's snapshot loads publish to, if any."""
+    return _current.get()
