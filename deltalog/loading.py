@@ -106,6 +106,12 @@ class SnapshotLoading:
                 self._rows += batch.num_rows
             self._cond.notify_all()
 
+    @property
+    def takes_rows(self) -> bool:
+        """Whether more rows would be kept (not past `max_rows`, not finished)."""
+        with self._cond:
+            return not (self._cut or self._done)
+
     def finish(self, snapshot: Snapshot) -> None:
         with self._cond:
             self._done, self._snapshot = True, snapshot

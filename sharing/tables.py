@@ -219,6 +219,10 @@ class TableService:
         table = self.delta_table(shared)
         return self._latest_loaded(shared, table, self._begin_loading(location, table))
 
+    def _registered_loading(self, location: _TableKey) -> deltalog.SnapshotLoading | None:
+        with self._lock:
+            return self._loadings.get(location)
+
     def _begin_loading(
         self, location: _TableKey, table: deltalog.DeltaTable
     ) -> deltalog.SnapshotLoading | None:
@@ -238,14 +242,17 @@ class TableService:
         table: deltalog.DeltaTable,
         loading: deltalog.SnapshotLoading | None,
     ) -> deltalog.Snapshot:
-        """`latest` past its cache check: with `loading`, the load publishes to it (and
-        it is told the outcome, then unregistered)."""
+        """`latest` past its cache check: with `loading` (owned: it is told the outcome,
+        then unregistered) or one registered by another caller, the load publishes to it."""
         location = _cache_key(shared)
+        # Another caller's load may be registered but not running yet: whichever of the
+        # two runs the load (deltalog.table.RefreshPolicy) publishes to it.
+        observed = loading or self._registered_loading(location)
         try:
-            if loading is None:
+            if observed is None:
                 snapshot = self._snapshot(shared, table, None)
             else:
-                with observing(loading):
+                with observing(observed):
                     snapshot = self._snapshot(shared, table, None)
         except BaseException as exc:
             if loading is not None:
