@@ -264,12 +264,18 @@ class CheckpointReader:
         metadata = pf.metadata
 
         def task(group: int) -> Callable[[], AddFigures]:
+            counted = None if len(touched) else _counted_adds(metadata, group)
+
             def run() -> AddFigures:
                 own = pq.ParquetFile(self.storage.open_input_file(key), metadata=metadata)
                 try:
-                    col = own.read_row_group(group, columns=columns).column("add")
+                    read = ["add.size"] if counted is not None else columns
+                    col = own.read_row_group(group, columns=read).column("add")
                 except (pa.ArrowInvalid, OSError) as exc:
                     raise CorruptLogError(f"cannot read checkpoint file {name}: {exc}") from exc
+                if counted is not None:
+                    size = pc.sum(pc.struct_field(col, [0])).as_py()
+                    return AddFigures(files=counted, size=int(size or 0))
                 arr = _valid_rows(col, "add")
                 figures = AddFigures()
                 figures.add(_file_actions(arr, _FIGURE_SCHEMA, self.version), touched)
@@ -279,8 +285,10 @@ class CheckpointReader:
 
         return [task(g) for g in range(pf.num_row_groups)]
 
-    def parts(self) -> Iterator[CheckpointPart]:
-        """The file actions (and other actions) row group by row group, in file order.
+    def parts(self, *, first_alone: bool = False) -> Iterator[CheckpointPart]:
+        """The file actions (and other actions) row group by row group, in file order
+        (with `first_alone`, row groups are read one at a time up to the first holding
+        adds, for a caller handing out rows as they come: deltalog.loading).
         Before each part, the memory the previous row groups' decoding left free is given
         back to the system rather than after the allocator's purge delay: a large
         checkpoint's transient buffers would otherwise stay in the reader's peak memory
@@ -294,7 +302,8 @@ class CheckpointReader:
             for task in self._group_tasks(key, pf, files_only=files_only)
         ]
         workers = max(1, min(_ROW_GROUP_WORKERS, os.cpu_count() or 1))
-        for part in _in_order(tasks, workers):
+        until = _has_adds if first_alone else None
+        for part in _in_order(tasks, workers, alone_until=until):
             pool.release_unused()
             yield self._conformed(part)
 
@@ -364,22 +373,61 @@ def _conform_adds(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return table
 
 
-def _in_order(tasks: Sequence[Callable[[], _R]], workers: int) -> Iterator[_R]:
+def _counted_adds(metadata: pq.FileMetaData, group: int) -> int | None:
+    """The number of adds in a row group, from its column statistics alone, when they
+    tell it: `add.path` and `add.size` null in as many rows (the rows of other actions:
+    an add has both), and no deletion vector in any row. None: the columns must be read."""
+    row_group = metadata.row_group(group)
+    nulls: dict[str, int] = {}
+    for i in range(row_group.num_columns):
+        column = row_group.column(i)
+        field = column.path_in_schema
+        if field in ("add.path", "add.size") or field.startswith("add.deletionVector."):
+            stats = column.statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            nulls[field] = stats.null_count
+    path, size = nulls.pop("add.path", None), nulls.pop("add.size", None)
+    if path is None or path != size:
+        return None
+    if any(count != row_group.num_rows for count in nulls.values()):
+        return None  # deletion vectors in the group (or no statistics saying otherwise)
+    return int(row_group.num_rows - path)
+
+
+def _in_order(
+    tasks: Sequence[Callable[[], _R]],
+    workers: int,
+    *,
+    alone_until: Callable[[_R], bool] | None = None,
+) -> Iterator[_R]:
     """The tasks' results in order, with `workers` tasks under way: the next one starts
     when the consumer is done with a result, so at most `workers` results exist at once
-    (the one being consumed included)."""
+    (the one being consumed included). With `alone_until`, tasks run one at a time until
+    a result satisfies it (for a reader waiting for the first rows: that task is not
+    slowed down by others sharing the cores and the connection)."""
     if workers <= 1 or len(tasks) <= 1:
         for each in tasks:
             yield each()
         return
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: deque[Future[_R]] = deque(pool.submit(t) for t in tasks[:workers])
-        following = iter(tasks[workers:])
+        alone = alone_until is not None
+        pending: deque[Future[_R]] = deque(pool.submit(t) for t in tasks[: 1 if alone else workers])
+        following = iter(tasks[len(pending) :])
         while pending:
-            yield pending.popleft().result()
-            task = next(following, None)
-            if task is not None:
+            result = pending.popleft().result()
+            if alone and alone_until is not None and alone_until(result):
+                alone = False
+            yield result
+            while len(pending) < (1 if alone else workers):
+                task = next(following, None)
+                if task is None:
+                    break
                 pending.append(pool.submit(task))
+
+
+def _has_adds(part: CheckpointPart) -> bool:
+    return any(t.num_rows for t in part.adds)
 
 
 def _parallel(fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:

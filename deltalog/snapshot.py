@@ -272,7 +272,7 @@ def load_snapshot(
     won = commit_winners(commits)
     publish = announce(reader, segment, commits, won)
     schema = files_schema(packed_schema(reader.adds_schema) if packed else reader.adds_schema)
-    rows = CheckpointRows(reader, won, pack=packed)
+    rows = CheckpointRows(reader, won, pack=packed, first_alone=publish is not None)
     batches: list[pa.RecordBatch] = []
     keys: list[pa.Array] = []
 
@@ -319,10 +319,19 @@ class CheckpointRows:
     the rows whose key a commit touches, in checkpoint order; its tombstones and other
     actions gathered on the side, for after the adds were read (`tombstones`, `state`).
     With `pack`, each row group's statistics are packed as soon as it is read, so the
-    strings of the whole checkpoint never exist at once."""
+    strings of the whole checkpoint never exist at once; with `first_alone`, the first
+    row group is read before the others start (its rows are awaited: deltalog.loading)."""
 
-    def __init__(self, reader: CheckpointReader, won: CommitWinners | None, *, pack: bool):
+    def __init__(
+        self,
+        reader: CheckpointReader,
+        won: CommitWinners | None,
+        *,
+        pack: bool,
+        first_alone: bool = False,
+    ):
         self.reader = reader
+        self.first_alone = first_alone
         self.won = won
         self.touched = won.touched if won is not None else pa.array([], pa.string())
         self.pack = pack
@@ -331,7 +340,7 @@ class CheckpointRows:
 
     def adds(self) -> Iterator[tuple[pa.RecordBatch, pa.Array]]:
         touched = self.touched
-        for part in self.reader.parts():
+        for part in self.reader.parts(first_alone=self.first_alone):
             self._non_file.append(CheckpointPart(non_file=part.non_file))
             self._removes += part.removes
             for adds in part.adds:

@@ -659,7 +659,7 @@ def _stream(
         if new_adds is None or new_adds.column(name).null_count == new_adds.num_rows
     )
     layout = _Layout(schema, null_columns, with_keys="deletionVector" not in null_columns)
-    rows = CheckpointRows(reader, won, pack=False)
+    rows = CheckpointRows(reader, won, pack=False, first_alone=publish is not None)
     with open(path, "wb") as handle:
         writer = _Writer(handle)
         with writer.section("files", layout) as write:

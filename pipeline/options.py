@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from deltalog.file_groups import DEFAULT_MAX_GROUP_BYTES, DEFAULT_OPEN_COST
 from deltalog.timestamps import parse_timestamp
@@ -34,6 +35,14 @@ class DeltaOptions:
     app_version: int | None = None
     partition_by: tuple[str, ...] = ()
     commit_info: dict[str, str] = field(default_factory=dict)
+    # Reads: only these source files (their log paths; None: all). Reads add, writes group
+    # files by, a string column of this name holding the key of the source file each row
+    # comes from (pipeline.copies.output_key): each written file is derived from one source
+    # file and named after its key (incremental views, pipeline.views).
+    files: tuple[str, ...] | None = None
+    file_key_column: str | None = None
+    # Writes: files to remove in the same commit ({path, size, partitionValues}).
+    remove_files: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> DeltaOptions:
@@ -73,6 +82,9 @@ class DeltaOptions:
             app_version=app_version,
             partition_by=partition_by,
             commit_info=_commit_info(lowered.get(COMMIT_INFO.lower())),
+            files=_json_list(lowered, "files"),
+            file_key_column=lowered.get("filekeycolumn"),
+            remove_files=tuple(_json_list(lowered, "removefiles") or ()),
         )
 
 
@@ -99,3 +111,16 @@ def _commit_info(text: str | None) -> dict[str, str]:
     if not isinstance(document, dict) or not all(isinstance(v, str) for v in document.values()):
         raise OptionError(f"option {COMMIT_INFO!r} must be a JSON object of strings")
     return {str(k): v for k, v in document.items()}
+
+
+def _json_list(options: Mapping[str, str], key: str) -> tuple[Any, ...] | None:
+    text = options.get(key)
+    if text is None:
+        return None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if not isinstance(document, list):
+        raise OptionError(f"option {key!r} must be a JSON list")
+    return tuple(document)

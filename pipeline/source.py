@@ -16,12 +16,13 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructType
 
 from deltalog import DeltaTable, Snapshot
 from deltalog.file_groups import coalesced_batches, pack_by_size
 from deltalog.file_reads import DataFileRef, ReadLayout, file_refs, read_file_ref
 from deltalog.storage import resolve
+from pipeline.copies import output_key
 from pipeline.options import DeltaOptions
 from pipeline.schema import arrow_target, spark_schema
 
@@ -45,7 +46,10 @@ class DeltaDataSource(DataSource):
         commit does not change what an action on this DataFrame reads)."""
         snapshot = load_snapshot(self.delta_options)
         self.version = snapshot.version
-        return spark_schema(snapshot.metadata.schema_string)
+        schema = spark_schema(snapshot.metadata.schema_string)
+        if self.delta_options.file_key_column is not None:
+            schema = schema.add(self.delta_options.file_key_column, StringType(), False)
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return DeltaReader(self.delta_options, self.version, schema)
@@ -109,8 +113,13 @@ def file_groups(
 def read_group(group: FileGroup) -> Iterator[pa.Table]:
     """The live rows of each file of a group, in turn (runs in the task)."""
     storage, root = resolve(group.options.path, group.options.storage_options)
+    key_column = group.options.file_key_column
     for ref in group.files:
-        yield read_file_ref(storage, root, group.layout, ref)
+        rows = read_file_ref(storage, root, group.layout, ref)
+        if key_column is not None:
+            key = pa.array([output_key(ref)] * rows.num_rows, pa.string())
+            rows = rows.append_column(pa.field(key_column, pa.string(), False), key)
+        yield rows
 
 
 class DeltaReader(DataSourceReader):
@@ -121,7 +130,11 @@ class DeltaReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         snapshot = load_snapshot(self.options, self.version)
-        groups = file_groups(self.options, snapshot, file_refs(snapshot), self.target)
+        refs = file_refs(snapshot)
+        if self.options.files is not None:
+            wanted = set(self.options.files)
+            refs = [ref for ref in refs if ref.path in wanted]
+        groups = file_groups(self.options, snapshot, refs, self.target)
         return list(groups)  # a list of the InputPartition base type, as Spark checks
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -5,9 +5,16 @@ the view's share has.
 A refresh of one tuple reads each source at one version through the `deltalog` source
 (registered as temporary views), runs the view's SQL with the tuple's values bound as named
 parameters (`spark.sql(sql, args=...)`), and writes the result with the `deltalog` writer
-as one overwrite commit carrying the view's app transaction at the sum of the source
-versions and the versions themselves in commitInfo: a refresh whose transaction is
-already committed (a retry, or a concurrent refresher that won) commits nothing.
+as one commit carrying the view's app transaction at the sum of the source versions and
+the versions themselves in commitInfo: a refresh whose transaction is already committed (a
+retry, or a concurrent refresher that won) commits nothing.
+
+A view that transforms rows one by one (`per_row`, from Spark's analyzed plan) is
+materialized file by file, as compatible copies are (pipeline.copies): each row carries
+its source file's key through the query and the writer names each output file after it,
+so a refresh computes only new source files or those whose deletion vector changed and
+removes the output of files that left (`incremental_plan`); anything else is recomputed
+as an overwrite.
 """
 
 from __future__ import annotations
@@ -16,12 +23,15 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from deltalog import DeltaTable, Snapshot
+from deltalog.file_reads import file_refs
 from deltalog.storage import resolve
+from pipeline.copies import key_of_output, output_key
+from pipeline.schema import spark_schema
 from sharing.config import ServerConfig, ShareConfig
 from sharing.recipients.model import Recipient
 from sharing.recipients.names import Properties
@@ -33,6 +43,7 @@ from sharing.views.materializations import (
     VIEW_NAME,
     VIEW_TUPLE,
     ViewTuple,
+    definition_hash,
     materialization_location,
     view_app_id,
     view_tuple,
@@ -166,34 +177,60 @@ def last_commit_info(spec: ViewSpec, values: ViewTuple) -> tuple[int, dict[str, 
     return latest, dict(commit.commit_info or {})
 
 
-def refresh_view(spark: Any, spec: ViewSpec, values: ViewTuple) -> ViewRefreshResult:
-    """Materialize the tuple at the sources' latest versions: one commit, or none when
-    that materialization is already committed."""
+KEY_COLUMN = "__lakeshare_source_file"
+"""The column carrying each row's source-file key through a per-row view's query."""
+LAYOUT = "lakeshare.viewLayout"
+PER_SOURCE_FILE = "per-source-file"
+DEFINITION = "lakeshare.viewDefinition"
+"""commitInfo keys: how the materialization's files are made (each from one source file,
+named after its key: a later refresh may be incremental) and the definition they hold."""
+
+
+@dataclass(frozen=True)
+class IncrementalPlan:
+    """A per-row view's refresh: the source files to compute (None: all, as an
+    overwrite) and the materialization's files to remove."""
+
+    todo: list[str] | None
+    removes: list[dict[str, Any]]
+
+
+def refresh_view(
+    spark: Any,
+    spec: ViewSpec,
+    values: ViewTuple,
+    *,
+    full: bool = False,
+    at: Sequence[int] | None = None,
+) -> ViewRefreshResult:
+    """Materialize the tuple at the sources' latest versions (or `at`, one per source):
+    one commit, or none when that materialization is already committed. A per-row view
+    (`per_row`) whose materialization was made file by file from the same definition is
+    refreshed incrementally; anything else (and `full`) is recomputed as an overwrite."""
     from pipeline import register
 
     started = time.monotonic()
-    snapshots = [source.snapshot() for source in spec.sources]
+    snapshots = [
+        source.snapshot(None if at is None else at[i]) for i, source in enumerate(spec.sources)
+    ]
     versions = {str(s.ref): snap.version for s, snap in zip(spec.sources, snapshots, strict=True)}
     tuple_id = values.id(spec.name)
     result = ViewRefreshResult(spec.name, values.as_dict, tuple_id, versions, None, "full")
     app_id, txn_version = spec.app_id(values), sum(versions.values())
     location = spec.location(values)
     current = materialized(spec, values)
-    if current is not None and current.txns.get(app_id, -1) >= txn_version:
+    if not full and current is not None and current.txns.get(app_id, -1) >= txn_version:
         result.mode = "unchanged"
         result.version = current.version
         result.seconds = time.monotonic() - started
         return result
     register(spark)
-    names: dict[SourceRef, str] = {}
     run = uuid.uuid4().hex[:8]
-    for index, (source, snapshot) in enumerate(zip(spec.sources, snapshots, strict=True)):
-        name = f"{TEMP_VIEW_PREFIX}{run}_{index}"
-        reader = spark.read.format("deltalog").option("versionAsOf", snapshot.version)
-        for key, value in (source.storage_options or {}).items():
-            reader = reader.option(f"storage.{key}", str(value))
-        reader.load(source.location).createOrReplaceTempView(name)
-        names[source.ref] = name
+    names = {
+        source.ref: f"{TEMP_VIEW_PREFIX}{run}_{index}" for index, source in enumerate(spec.sources)
+    }
+    for source, snapshot in zip(spec.sources, snapshots, strict=True):
+        _source_frame(spark, source, snapshot.version).createOrReplaceTempView(names[source.ref])
     try:
         sql, parameters = spec.query.spark_sql(names)
         args = {marker: values.as_dict[key] for marker, key in parameters.items()}
@@ -202,17 +239,30 @@ def refresh_view(spark: Any, spec: ViewSpec, values: ViewTuple) -> ViewRefreshRe
             VIEW_NAME: spec.name,
             VIEW_TUPLE: json.dumps(values.as_dict, sort_keys=True),
             SOURCE_VERSIONS: json.dumps(versions, sort_keys=True),
+            DEFINITION: definition_hash(spec.query),
         }
-        before = current.version if current is not None else None
+        plan = None
+        if per_row(frame):
+            plan = incremental_plan(spec, values, frame, snapshots[0], current, full=full)
+            (source,) = spec.sources
+            keyed = _source_frame(spark, source, snapshots[0].version, keyed=True, files=plan.todo)
+            keyed.createOrReplaceTempView(names[source.ref])
+            sql, _ = spec.query.spark_sql(names, carry=KEY_COLUMN)
+            frame = spark.sql(sql, args=args)
+            commit_info[LAYOUT] = PER_SOURCE_FILE
+        writer = (
+            frame.write.format("deltalog")
+            .mode("overwrite" if plan is None or plan.todo is None else "append")
+            .option("txnAppId", app_id)
+            .option("txnVersion", str(txn_version))
+            .option("commitInfo", json.dumps(commit_info))
+        )
+        if plan is not None:
+            writer = writer.option("fileKeyColumn", KEY_COLUMN)
+            writer = writer.option("removeFiles", json.dumps(plan.removes))
+            result.mode = "full" if plan.todo is None else "incremental"
         try:
-            (
-                frame.write.format("deltalog")
-                .mode("overwrite")
-                .option("txnAppId", app_id)
-                .option("txnVersion", str(txn_version))
-                .option("commitInfo", json.dumps(commit_info))
-                .save(location)
-            )
+            writer.save(location)
         except Exception:
             after = materialized(spec, values)
             if after is not None and after.txns.get(app_id, -1) >= txn_version:
@@ -223,6 +273,7 @@ def refresh_view(spark: Any, spec: ViewSpec, values: ViewTuple) -> ViewRefreshRe
     finally:
         for name in names.values():
             spark.catalog.dropTempView(name)
+    before = current.version if current is not None else None
     after = materialized(spec, values)
     assert after is not None
     if (before is not None and after.version == before) or after.txns.get(app_id) != txn_version:
@@ -230,18 +281,101 @@ def refresh_view(spark: Any, spec: ViewSpec, values: ViewTuple) -> ViewRefreshRe
     else:
         result.version = after.version
         result.rows_written = _rows(after)
-        result.files_written = after.num_files
+        kept = (current.num_files if current is not None else 0) - len(
+            plan.removes if plan is not None else []
+        )
+        result.files_written = (
+            after.num_files if plan is None or plan.todo is None else after.num_files - kept
+        )
     result.seconds = time.monotonic() - started
     log.info(
         "view refreshed",
-        extra={
-            "view": spec.name,
-            "tuple": tuple_id,
-            "mode": result.mode,
-            "version": result.version,
-        },
+        extra={"view": spec.name, "tuple": tuple_id, "mode": result.mode, "at": result.version},
     )
     return result
+
+
+def _source_frame(
+    spark: Any,
+    source: SourceTable,
+    version: int,
+    *,
+    keyed: bool = False,
+    files: Sequence[str] | None = None,
+) -> Any:
+    """A source at `version` through the `deltalog` format; with `files`, only those
+    files, each row carrying its file's key (KEY_COLUMN)."""
+    reader = spark.read.format("deltalog").option("versionAsOf", version)
+    for key, value in (source.storage_options or {}).items():
+        reader = reader.option(f"storage.{key}", str(value))
+    if files is not None:
+        reader = reader.option("files", json.dumps(list(files)))
+    if keyed:
+        reader = reader.option("fileKeyColumn", KEY_COLUMN)
+    return reader.load(source.location)
+
+
+def per_row(frame: Any) -> bool:
+    """Whether the view transforms rows one by one, from Spark's analyzed plan: only
+    Project and Filter (and aliases of the relation) over one relation, with deterministic
+    expressions and no subqueries. Spark Connect shows no analyzed plan here: False."""
+    jdf = getattr(frame, "_jdf", None)
+    if jdf is None:
+        return False
+    stack = [jdf.queryExecution().analyzed()]
+    leaves = 0
+    while stack:
+        node = stack.pop()
+        children = node.children()
+        if children.size() == 0:
+            leaves += 1
+            continue
+        if node.nodeName() not in ("Project", "Filter", "SubqueryAlias", "View"):
+            return False
+        if node.subqueries().size():
+            return False
+        expressions = node.expressions()
+        for i in range(expressions.size()):
+            if not expressions.apply(i).deterministic():
+                return False
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return leaves == 1
+
+
+def incremental_plan(
+    spec: ViewSpec,
+    values: ViewTuple,
+    frame: Any,
+    source: Snapshot,
+    current: Snapshot | None,
+    *,
+    full: bool,
+) -> IncrementalPlan:
+    """What a per-row view's refresh computes: the source files that are new or whose
+    deletion vector changed, and the materialization's files derived from files that left
+    the source; everything (an overwrite) when there is no materialization yet, it was not
+    made file by file from this definition, its schema differs, or `full`."""
+    if full or current is None:
+        return IncrementalPlan(None, [])
+    last = last_commit_info(spec, values)
+    info = last[1] if last is not None else {}
+    if info.get(LAYOUT) != PER_SOURCE_FILE or info.get(DEFINITION) != definition_hash(spec.query):
+        return IncrementalPlan(None, [])
+    held = [
+        (f.name, f.dataType.simpleString()) for f in spark_schema(current.metadata.schema_string)
+    ]
+    if held != [(f.name, f.dataType.simpleString()) for f in frame.schema]:
+        return IncrementalPlan(None, [])
+    wanted = {output_key(ref): ref for ref in file_refs(source)}
+    files = current.files.select(["path", "size", "partitionValues"]).to_pylist()
+    have = {key_of_output(f["path"]) for f in files}
+    todo = [ref.path for key, ref in wanted.items() if key not in have]
+    removes = [
+        {"path": f["path"], "size": f["size"], "partitionValues": dict(f["partitionValues"] or [])}
+        for f in files
+        if key_of_output(f["path"]) not in wanted
+    ]
+    return IncrementalPlan(todo, removes)
 
 
 def _rows(snapshot: Snapshot) -> int:

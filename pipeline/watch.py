@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from pipeline.targets import Target, refresh_targets
 from sharing.config import ConfigError, ServerConfig
-from sharing.refresh_status import PassOutcome, record_failure, record_pass
+from sharing.refresh_status import PassOutcome, prune_statuses, record_failure, record_pass
 from sharing.store import Store, StoreError, open_store
 
 log = logging.getLogger("lakeshare.pipeline.refresher")
@@ -62,7 +62,10 @@ class Refresher:
         assert self.config is not None
         targets = refresh_targets(self.config, self.store())
         if self.only is not None:
-            targets = [t for t in targets if t.name.lower() == self.only.lower()]
+            return [t for t in targets if t.name.lower() == self.only.lower()]
+        # Records of what is no longer configured (a removed entry, a tuple no recipient
+        # has any more) would be shown and exported forever.
+        self._record(lambda store: _prune(store, targets))
         return targets
 
     def store(self) -> Store | None:
@@ -166,6 +169,12 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _prune(store: Store, targets: list[Target]) -> None:
+    removed = prune_statuses(store, {(t.name, t.tuple_digest) for t in targets})
+    if removed:
+        log.info("forgot the refresh status of %d materializations no longer configured", removed)
 
 
 def _key(target: Target) -> tuple[str, str, str]:

@@ -96,6 +96,7 @@ class TableFiles:
         none appears for `quiet_seconds`: when a job fails, Spark aborts it while other
         tasks may still be finishing a file."""
         prefix = f"part-{run}-"
+        inner = f"-{run}-"  # files named after a source key (write_by_key)
         deadline = time.monotonic() + 60.0
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
@@ -106,7 +107,11 @@ class TableFiles:
             found = [
                 i.path
                 for i in infos
-                if i.type == pafs.FileType.File and posixpath.basename(i.path).startswith(prefix)
+                if i.type == pafs.FileType.File
+                and (
+                    posixpath.basename(i.path).startswith(prefix)
+                    or inner in posixpath.basename(i.path)
+                )
             ]
             for path in found:
                 with contextlib.suppress(FileNotFoundError):
@@ -160,10 +165,33 @@ def write_table(
     return written
 
 
+def write_by_key(
+    files: TableFiles, table: pa.Table, key_column: str, run: str
+) -> list[WrittenFile]:
+    """One file per source key in `table` (named `<key>-<run>-<uuid>.parquet`), without
+    the key column: each file is derived from one source file (pipeline.views)."""
+    written = []
+    keys = table.column(key_column)
+    data = table.drop_columns([key_column])
+    for key in pc.unique(keys).to_pylist():
+        rows = data.filter(pc.equal(keys, key))
+        written.append(files.write(files.new_path([], f"{key}-{run}"), rows, {}))
+    return written
+
+
 class DeltaWriter(DataSourceArrowWriter):
     def __init__(self, options: DeltaOptions, schema: StructType, *, overwrite: bool) -> None:
         self.options = options
         self.target = arrow_target(schema)
+        self.key_column = options.file_key_column
+        if self.key_column is not None and self.key_column not in self.target.names:
+            raise ValueError(f"fileKeyColumn names a column the data lacks: {self.key_column}")
+        # The table's schema: without the source-key column (it only names the files).
+        self.table_schema = (
+            self.target
+            if self.key_column is None
+            else self.target.remove(self.target.get_field_index(self.key_column))
+        )
         self.overwrite = overwrite
         self.run = uuid.uuid4().hex[:12]  # in every file name of this job
         missing = [c for c in options.partition_by if c not in self.target.names]
@@ -175,7 +203,10 @@ class DeltaWriter(DataSourceArrowWriter):
         written: list[WrittenFile] = []
         try:
             batches = list(iterator)
-            if batches:
+            if batches and self.key_column is not None:
+                table = pa.Table.from_batches(batches).cast(self.target)
+                written = write_by_key(files, table, self.key_column, self.run)
+            elif batches:
                 table = pa.Table.from_batches(batches).cast(self.target)
                 written = write_table(
                     files, table, self.options.partition_by, stem=f"part-{self.run}"
@@ -188,11 +219,18 @@ class DeltaWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         written = [f for m in messages if isinstance(m, WrittenFiles) for f in m.files]
         try:
+            now = int(time.time() * 1000)
             committed = commit_files(
                 self.options,
-                self.target,
+                self.table_schema,
                 [f.add_action() for f in written],
                 mode="overwrite" if self.overwrite else "append",
+                removes=[
+                    RemoveAction(
+                        f["path"], True, now, f["size"], dict(f.get("partitionValues") or {})
+                    )
+                    for f in self.options.remove_files
+                ],
                 metadata=self.options.commit_info or None,
             )
         except BaseException:

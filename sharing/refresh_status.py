@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from sharing.store import Store
@@ -29,6 +29,7 @@ __all__ = [
     "PassOutcome",
     "RefreshStatus",
     "lag_versions",
+    "prune_statuses",
     "read_statuses",
     "record_failure",
     "record_pass",
@@ -178,6 +179,20 @@ def read_statuses(store: Store) -> list[RefreshStatus]:
         )
         for row in rows
     ]
+
+
+def prune_statuses(store: Store, keep: set[tuple[str, str]]) -> int:
+    """Delete the records of materializations no longer configured (a table entry removed,
+    a property tuple no recipient has any more); `keep` holds (name, tuple digest) pairs.
+    How many were deleted."""
+    wanted = {(name.lower(), digest) for name, digest in keep}
+    t = refresh_status
+    with store.write() as connection:
+        present = connection.execute(select(t.c.name, t.c.tuple)).all()
+        gone = [(name, digest) for name, digest in present if (name, digest) not in wanted]
+        for name, digest in gone:
+            connection.execute(delete(t).where(*_key(name, digest)))
+    return len(gone)
 
 
 def _key(name: str, tuple_digest: str) -> tuple[Any, Any]:

@@ -91,9 +91,13 @@ class ViewQuery:
     uses: tuple[SourceUse, ...]
     tree: exp.Expr
 
-    def spark_sql(self, names: Mapping[SourceRef, str]) -> tuple[str, dict[str, str]]:
+    def spark_sql(
+        self, names: Mapping[SourceRef, str], *, carry: str | None = None
+    ) -> tuple[str, dict[str, str]]:
         """The query as Spark runs it with each source read from the temporary view
-        `names[source]`, and the parameters it takes: marker name -> property key."""
+        `names[source]`, and the parameters it takes: marker name -> property key.
+        `carry`: a column of the (one) source to pass through to the result as well (a
+        query of one SELECT; `SELECT *` carries it already)."""
         by_key = {ref.key: name for ref, name in names.items()}
         parameters = {key: f"{PARAMETER_PREFIX}{i}" for i, key in enumerate(self.keys)}
         ctes = _cte_names(self.tree)
@@ -114,7 +118,13 @@ class ViewQuery:
                 return exp.Placeholder(this=parameters[key])
             return node
 
-        sql = self.tree.copy().transform(rewrite).sql(dialect="spark")
+        tree = self.tree.copy().transform(rewrite)
+        carried = isinstance(tree, exp.Select) and any(
+            isinstance(c, exp.Star) for c in tree.expressions
+        )
+        if carry is not None and isinstance(tree, exp.Select) and not carried:
+            tree = tree.select(exp.column(carry, quoted=True), copy=False)
+        sql = tree.sql(dialect="spark")
         return sql, {marker: key for key, marker in parameters.items()}
 
 

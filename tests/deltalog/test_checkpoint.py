@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -351,3 +352,48 @@ def test_only_needed_columns_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     _state("delta-rs/simple_table_with_checkpoint")
     assert requested and all(not c.startswith("commitInfo") for cols in requested for c in cols)
     assert all("add.stats_parsed" not in cols for cols in requested)
+
+
+FIGURE_TABLES = [
+    "delta-kernel-rs/golden_data/checkpoint/delta",
+    "delta/kernel-defaults/basic-dv-with-checkpoint",
+    "delta-kernel-rs/golden_data/dv-partitioned-with-checkpoint/delta",
+    "delta/kernel-defaults/kernel-pagination-multi-part-checkpoints",
+    "delta-kernel-rs/data/v2-checkpoints-parquet-with-sidecars",
+    "delta-kernel-rs/data/v2-checkpoints-json-with-sidecars",
+    "dask-deltatable/checkpoint",
+]
+
+
+@pytest.mark.parametrize("relative", FIGURE_TABLES)
+def test_add_figures_are_those_of_the_rows_read(relative: str) -> None:
+    """The figures read ahead (from column statistics where they tell them, else from the
+    path, size and deletion vector columns) are those of the adds the row pass reads,
+    with and without keys to leave out."""
+    from deltalog.checkpoint import CheckpointReader, _counted_adds
+    from deltalog.replay import file_keys
+
+    root = corpus_table(relative)
+    storage = LocalStorage()
+    segment = build_segment(storage, str(root))
+    assert segment.checkpoint is not None
+    reader = CheckpointReader(storage, str(root), segment.checkpoint)
+    adds = reader.combine(list(reader.parts())).adds
+    keys = file_keys(adds)
+    for touched in (pa.array([], pa.string()), keys.take([0]) if len(keys) else keys):
+        kept = adds.filter(pc.invert(pc.is_in(keys, value_set=touched)))
+        figures = reader.add_figures(pa.array(touched.to_pylist(), pa.string()))
+        dv = kept.column("deletionVector")
+        assert (figures.files, figures.size, figures.deletion_vectors) == (
+            kept.num_rows,
+            pc.sum(kept.column("size")).as_py() or 0,
+            dv.null_count < len(dv),
+        )
+    counted = [
+        _counted_adds(pf.metadata, g)
+        for _, pf, _ in reader._files
+        for g in range(pf.num_row_groups)
+    ]
+    # Statistics count the groups without deletion vectors; the others are read.
+    has_dv = adds.column("deletionVector").null_count < adds.num_rows
+    assert all(c is None for c in counted) if has_dv else all(c is not None for c in counted)

@@ -157,3 +157,53 @@ views:
     assert sorted_rows(DeltaRsTable(str(copy)).to_pyarrow_table().to_pandas()) == delta_rs_rows(
         str(source)
     )
+
+
+def test_a_view_materialized_over_connect_serves_each_recipient_its_rows(
+    remote: Any, server: ConnectServer, tmp_path: Path
+) -> None:
+    """A masked per-recipient view and a join view, materialized per property tuple by
+    the refresher's targets on the Connect server (Spark SQL with current_recipient bound
+    as named parameters, the `deltalog` sources as temporary views, the writer's commit),
+    then read by the official client in both formats: each recipient gets exactly the rows
+    and masked columns pandas computes from the source."""
+    import delta_sharing
+    from deltalake import write_deltalake
+
+    from pipeline.views import view_targets
+    from sharing.config import load_config
+    from tests.pipeline import test_views as views
+    from tests.support.server import run_server
+
+    write_deltalake(str(tmp_path / "orders"), views._orders(0, 20))
+    write_deltalake(str(tmp_path / "customers"), views.CUSTOMERS)
+    config = load_config(views._config_file(tmp_path))
+    jobs = server.jobs_finished()
+    targets = [
+        t
+        for t in view_targets(config, None)
+        if t.name in ("sales.eu.masked", "sales.eu.joined")
+        and t.values.as_dict.get("country") in ("FR", "DE")  # alice's and bob's tuples
+    ]
+    assert len(targets) == 4
+    outcomes = [target.refresh(remote, full=False) for target in targets]
+    assert {o.mode for o in outcomes} == {"full"} and all(o.committed for o in outcomes)
+    assert server.jobs_finished() > jobs  # the SQL and the writes ran on the server
+    assert {o.materialized_sources["sales.eu.orders"] for o in outcomes} == {0}
+    source = DeltaRsTable(str(tmp_path / "orders")).to_pandas()
+    with run_server(config, tmp_path / "server") as sharing:
+        for recipient in ("alice", "bob"):
+            profile = views._profile(sharing, recipient, tmp_path)
+            for use_delta in (False, True):
+                masked = delta_sharing.load_as_pandas(
+                    f"{profile}#sales.eu.masked", use_delta_format=use_delta
+                )
+                assert views._rows(masked, ["id", "country", "amount"]) == (
+                    views._expected_masked(source, recipient)
+                ), (recipient, use_delta)
+                joined = delta_sharing.load_as_pandas(
+                    f"{profile}#sales.eu.joined", use_delta_format=use_delta
+                )
+                assert views._rows(joined, ["id", "customer", "amount"]) == (
+                    views._expected_joined(source, recipient)
+                ), (recipient, use_delta)

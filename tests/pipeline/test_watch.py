@@ -1,8 +1,9 @@
 """`lakeshare views refresh --watch` as a process: it refreshes each copy at its own
 interval (a new source commit shows up in the copy), keeps going while another entry
 fails every pass (each failure recorded), picks up an entry added to the configuration
-file while it runs, records everything in the state store — which `lakeshare views
-status` and a running server's /metrics then show — and stops cleanly on SIGTERM."""
+file while it runs (and forgets the record of one removed), records everything in the
+state store — which `lakeshare views status` and a running server's /metrics then show —
+and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
@@ -156,6 +157,18 @@ def test_watch_refreshes_survives_failures_reloads_and_stops_on_sigterm(tmp_path
             process,
         )
         assert _rows(copies / "sales.eu.returns") == _rows(returns)
+        # and the record of an entry removed from the file is forgotten
+        config.write_text(
+            _config(
+                tmp_path,
+                [_entry("orders", orders, 2), _entry("broken", tmp_path / "no-such-table", 2)],
+            )
+        )
+        _wait_for(
+            "the removed entry's record to go",
+            lambda: "sales.eu.returns" not in _statuses(store_url),
+            process,
+        )
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:

@@ -14,6 +14,7 @@ from sharing.refresh_status import (
     VIEW,
     PassOutcome,
     lag_versions,
+    prune_statuses,
     read_statuses,
     record_failure,
     record_pass,
@@ -78,3 +79,11 @@ def test_lag_sums_over_sources_and_is_none_before_anything_is_held() -> None:
     assert lag_versions({"a": 5, "b": 9}, {"a": 3, "b": 9}) == 2
     assert lag_versions({"a": 5, "b": 9}, {"a": 5, "b": 4}) == 5
     assert lag_versions({"a": 5}, {}) is None
+
+
+def test_records_of_what_is_no_longer_configured_are_pruned(store: Store) -> None:
+    record_pass(store, COPY, "s.d.t", "", _outcome(1, 1, committed=True))
+    record_pass(store, VIEW, "s.d.v", "old", _outcome(1, 1, committed=True))
+    record_failure(store, VIEW, "s.d.v", "kept", "RuntimeError: boom")
+    assert prune_statuses(store, {("S.D.T", ""), ("s.d.v", "kept")}) == 1
+    assert [(s.name, s.tuple) for s in read_statuses(store)] == [("s.d.t", ""), ("s.d.v", "kept")]
