@@ -24,6 +24,7 @@ so the planners in sharing/query speak only in sharing terms.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -152,6 +153,8 @@ class TableService:
         self._tables: OrderedDict[_TableKey, deltalog.DeltaTable] = OrderedDict()
         self._latest: dict[_TableKey, deltalog.Snapshot] = {}
         self._lock = threading.Lock()
+        # Cold loads of latest snapshots under way, for requests to stream from.
+        self._loadings: dict[_TableKey, deltalog.SnapshotLoading] = {}
         self._views_location = config.views.location
         self._retry_after = config.views.refresh_interval_seconds
         # Per copy location: the source version each copy version read so far holds.
@@ -216,10 +219,47 @@ class TableService:
                     self._observer.snapshot_resolved(shared, _cached_event(cached), 0.0)
                 return cached
         table = self.delta_table(shared)
-        snapshot = self._snapshot(shared, table, None)
+        return self._latest_loaded(shared, table, self._begin_loading(location, table))
+
+    def _begin_loading(
+        self, location: _TableKey, table: deltalog.DeltaTable
+    ) -> deltalog.SnapshotLoading | None:
+        """A loading to publish a cold load of `table` to, registered so that requests
+        arriving meanwhile can stream from it (`resolve_early`); None when the table has a
+        snapshot in memory or a load of it is registered already."""
+        with self._lock:
+            if table.has_latest or location in self._loadings:
+                return None
+            loading = deltalog.SnapshotLoading()
+            self._loadings[location] = loading
+            return loading
+
+    def _latest_loaded(
+        self,
+        shared: SharedTable,
+        table: deltalog.DeltaTable,
+        loading: deltalog.SnapshotLoading | None,
+    ) -> deltalog.Snapshot:
+        """`latest` past its cache check: with `loading`, the load publishes to it (and
+        it is told the outcome, then unregistered)."""
+        location = _cache_key(shared)
+        try:
+            if loading is None:
+                snapshot = self._snapshot(shared, table, None)
+            else:
+                with observing(loading):
+                    snapshot = self._snapshot(shared, table, None)
+        except BaseException as exc:
+            if loading is not None:
+                self._end_loading(location, loading)
+                loading.fail(exc)
+            raise
         with self._lock:
             previous = self._latest.get(location)
             self._latest[location] = snapshot
+        if loading is not None:
+            self._end_loading(location, loading)
+            loading.finish(snapshot)
         if self._warmer is not None and previous is not snapshot:
             self._warmer.snapshot_loaded(
                 location,
@@ -229,6 +269,11 @@ class TableService:
                 previous=previous.files if previous is not None else None,
             )
         return snapshot
+
+    def _end_loading(self, location: _TableKey, loading: deltalog.SnapshotLoading) -> None:
+        with self._lock:
+            if self._loadings.get(location) is loading:
+                del self._loadings[location]
 
     def fresh_latest(self, shared: SharedTable) -> deltalog.Snapshot | None:
         """What `latest` would answer when it can be had without I/O or waiting (a table
@@ -324,9 +369,10 @@ class TableService:
 
     def resolve_early(self, shared: SharedTable) -> ResolvedSnapshot | deltalog.SnapshotLoading:
         """`resolve` of the latest snapshot, except when the table has none in memory yet
-        (a cold load): then the load runs on a thread of its own, and once it knows the
-        version's head (deltalog.loading) the load itself is returned, so the caller can
-        go through the files as they are read. A load that finds the snapshot without
+        (a cold load): then the load runs on a thread of its own (or the load under way
+        is joined: another request's, or the start-up table check's), and once it knows
+        the version's head (deltalog.loading) the load itself is returned, so the caller
+        can go through the files as they are read. A load that finds the snapshot without
         reading a checkpoint (a store file, a concurrent request's load, a log without
         a checkpoint) announces no head: its snapshot is returned when it is done. Either
         way the load ends in `latest`'s bookkeeping, so the next request finds it. A
@@ -334,22 +380,24 @@ class TableService:
         if shared.source is not None:
             return self.resolve(shared, version=None, timestamp=None)
         table = self.delta_table(shared)
+        location = _cache_key(shared)
         with self._lock:
-            cached = self._latest.get(_cache_key(shared))
+            cached = self._latest.get(location)
+            loading = self._loadings.get(location)
         if table.has_latest or (self._stale_ok and cached is not None):
             return self.resolve(shared, version=None, timestamp=None)
-        loading = deltalog.SnapshotLoading()
+        if loading is None:
+            loading = self._begin_loading(location, table)
+            if loading is None:  # loaded, or another request's load began, meanwhile
+                return self.resolve_early(shared)
+            owned = loading
 
-        def load() -> None:
-            try:
-                with observing(loading):
-                    snapshot = self.latest(shared)
-            except BaseException as exc:  # handed to the request, raised there
-                loading.fail(exc)
-            else:
-                loading.finish(snapshot)
+            def load() -> None:
+                # A failure reaches the readers through the loading.
+                with contextlib.suppress(Exception):
+                    self._latest_loaded(shared, table, owned)
 
-        threading.Thread(target=load, name="snapshot-load", daemon=True).start()
+            threading.Thread(target=load, name="snapshot-load", daemon=True).start()
         head = loading.wait_head()
         if head is None:
             snapshot = loading.result()
