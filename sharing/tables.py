@@ -190,17 +190,19 @@ class TableService:
     def forget(self, removed: Iterable[SharedTable], served: Iterable[SharedTable]) -> int:
         """Drop the log readers and snapshots of `removed` tables (no longer in the
         catalog), unless a table still `served` reads the same location with the same
-        options; their parsed stats go too. A request holding a snapshot keeps it to its end.
-        The number of locations dropped."""
-        keep = {_cache_key(shared) for shared in served}
+        options; their parsed stats go too, and so do those of their compatible copies. A
+        request holding a snapshot keeps it to its end. The number of locations dropped."""
+        keep = {_cache_key(shared) for shared in self._with_copies(served)}
         dropped: list[tuple[_TableKey, deltalog.Snapshot | None]] = []
         with self._lock:
-            for shared in removed:
+            for shared in self._with_copies(removed):
                 key = _cache_key(shared)
                 if key in keep or key not in self._tables:
                     continue
                 del self._tables[key]
                 dropped.append((key, self._latest.pop(key, None)))
+                for mapped in [k for k in self._copy_versions if k[0] == key[0]]:
+                    del self._copy_versions[mapped]
         if self._warmer is not None:
             for key, snapshot in dropped:
                 self._warmer.forget(key, snapshot.files if snapshot is not None else None)
@@ -445,6 +447,13 @@ class TableService:
         location = copy_location(self._views_location, shared.full_name)
         config = shared.config.model_copy(update={"location": location, "storage": ()})
         return dataclasses.replace(shared, config=config, source=shared)
+
+    def _with_copies(self, tables: Iterable[SharedTable]) -> list[SharedTable]:
+        """`tables` and the compatible copies of those that keep one."""
+        found = list(tables)
+        if self._views_location is not None:
+            found += [self.copy_of(t) for t in found if t.config.compatible_copy]
+        return found
 
     def _resolve_copy(
         self, copy: SharedTable, source: SharedTable, version: int | None, timestamp: str | None
