@@ -7,6 +7,7 @@ materialized gets a 404 naming the view with Retry-After; views have no history.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,7 @@ def test_time_travel_on_the_materialization_and_no_history(
         streaming = requests.post(f"{table}/query", json={"startingVersion": 0}, headers=headers)
         assert streaming.status_code == 400
         assert "sales.eu.masked is a shared view" in streaming.json()["message"]
+        _pages_and_async_match_one_query(table, headers)
         changes = requests.get(f"{table}/changes?startingVersion=0", headers=headers)
         assert changes.status_code == 400
         assert "without history" in changes.json()["message"]
@@ -243,6 +245,45 @@ def test_time_travel_on_the_materialization_and_no_history(
     assert outcome.materialized_version == 1
     assert outcome.materialized_sources == target.latest_source_versions()
     assert outcome.materialized_sources == {"sales.eu.orders": 1}
+
+
+def _ndjson(response: requests.Response) -> list[dict[str, Any]]:
+    assert response.status_code == 200, response.text
+    return [json.loads(line) for line in response.text.splitlines()]
+
+
+def _pages_and_async_match_one_query(table: str, headers: dict[str, str]) -> None:
+    """Paging (maxFiles=1) and an asynchronous query hand out the same files as one
+    synchronous query of the view's latest version."""
+    whole = _ndjson(requests.post(f"{table}/query", json={}, headers=headers))
+    expected = sorted(line["file"]["id"] for line in whole if "file" in line)
+    assert len(expected) >= 2
+    paged: list[str] = []
+    body: dict[str, Any] = {"maxFiles": 1}
+    while True:
+        page = _ndjson(requests.post(f"{table}/query", json=body, headers=headers))
+        paged.extend(line["file"]["id"] for line in page if "file" in line)
+        token = page[-1].get("endStreamAction", {}).get("nextPageToken")
+        if not token:
+            break
+        body = {"maxFiles": 1, "pageToken": token}
+    assert sorted(paged) == expected
+    caps = {**headers, "delta-sharing-capabilities": "responseformat=parquet;asyncquery=true"}
+    submitted = _ndjson(
+        requests.post(f"{table}/query", json={"idempotency_key": "views-1"}, headers=caps)
+    )
+    query_id = submitted[0]["queryStatus"]["queryId"]
+    deadline = time.monotonic() + 30
+    while True:
+        polled = requests.post(
+            f"{table}/queries/{query_id}", json={"queryId": query_id}, headers=caps
+        )
+        lines = _ndjson(polled)
+        if "queryStatus" not in lines[0]:
+            break
+        assert time.monotonic() < deadline, "the async query stayed pending"
+        time.sleep(0.05)
+    assert sorted(line["file"]["id"] for line in lines if "file" in line) == expected
 
 
 def test_a_tuple_not_materialized_is_a_404_naming_the_view_with_retry_after(
