@@ -35,9 +35,9 @@ from sharing.presign.base import parallel_batches
 
 __all__ = ["FAST_AHEAD", "BatchWork", "formatted"]
 
-# Batches of a fast signer formatted ahead of the writer: two keep both cores busy (one
-# signing, one in Arrow kernels) while a third batch is written.
-FAST_AHEAD = 2
+# Batches of a fast signer in flight: the one the writer waits for and two more, so both
+# cores stay busy (one thread signing, others in Arrow kernels) while a batch is written.
+FAST_AHEAD = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,10 @@ def formatted(
 
     def fill() -> None:
         nonlocal depth, exhausted
-        while not exhausted and len(pending) < max(depth, 1):
+        # Before the first batch, depth is 0: one item, and its batch is yielded as soon as
+        # it is formatted (the first line does not wait for the source to give a second).
+        wanted = max(depth, 1)
+        while not exhausted and len(pending) < wanted:
             try:
                 item = next(source)
             except StopIteration:
@@ -112,14 +115,14 @@ def formatted(
 
     try:
         while True:
-            if not pending:
-                fill()
+            # Top up the batches ahead here, when the caller asks for the next one, and
+            # never between a formatted batch and its yield: taking the next item may wait
+            # (an early-streamed snapshot still loading), and would hold a ready batch back.
+            fill()
             if not pending:
                 return
             head = pending.popleft()
             result = head.result() if isinstance(head, Future) else head()
-            if depth:
-                fill()  # keep k batches signing while the caller writes this one
             yield result
     finally:
         # A failed or abandoned stream (client gone): drop the work not started yet; running
