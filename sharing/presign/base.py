@@ -37,6 +37,7 @@ class TableFiles(Protocol):
     def table_root(self) -> str: ...
 
 
+@runtime_checkable
 class Signer(Protocol):
     """Signs storage keys of one table.
 
