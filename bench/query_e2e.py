@@ -193,6 +193,20 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def wait_idle(pid: int, quiet: float = 0.02, period: float = 0.5, limit: float = 120) -> None:
+    """Wait until the server's processes use less than `quiet` CPU seconds per `period`:
+    every worker has started and the start-up table check has loaded the tables, so the
+    warm figures measure the queries alone."""
+    deadline = time.monotonic() + limit
+    before = tree_cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(period)
+        now = tree_cpu_seconds(pid)
+        if now - before < quiet:
+            return
+        before = now
+
+
 def timed_cold_query(
     client: httpx.Client, base: str, table: str, fmt: str, pid: int
 ) -> tuple[float, float, int, float, float]:
