@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI
 from starlette.responses import RedirectResponse
 
 from app.audit import AuditTrail
@@ -16,7 +16,7 @@ from app.console import build_console
 from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware, gate_for
 from app.metrics import Metrics
-from app.middleware import REDACT_PATH_STATE, RequestContextMiddleware
+from app.middleware import RequestContextMiddleware
 from app.openapi import OPENAPI_PATH, serve_openapi
 from app.proxies import ForwardedMiddleware
 from app.routes import (
@@ -34,7 +34,7 @@ from app.routes import (
 )
 from app.routes import token as oauth_token
 from app.routes.admin import build_admin_app
-from app.routing import ProtocolApp, authenticated_routes
+from app.routing import ProtocolApp, authenticated_routes, redact_path_in_logs, signed_routes
 from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
 from sharing.iceberg.files import cache_directory
@@ -58,16 +58,6 @@ from sharing.tables import TableService, snapshot_store_for
 from sharing.tokens import TokenCodec
 
 __all__ = ["create_app"]
-
-
-async def _redact_path_in_logs(request: Request) -> None:
-    """Dependency for routes whose URL path itself is a credential (signed file URLs): logs
-    show the route template, never the signature."""
-    template = getattr(request.scope.get("route"), "path", "") or "/<redacted>"
-    prefix = request.app.state.config.endpoint
-    if not template.startswith(prefix + "/"):
-        template = prefix + template
-    request.scope.setdefault("state", {})[REDACT_PATH_STATE] = template
 
 
 @asynccontextmanager
@@ -164,13 +154,13 @@ def create_app(config: ServerConfig) -> FastAPI:
     prefix = config.endpoint
     # The busiest routes skip FastAPI's per-request dependency solving (app.routing).
     app.add_protocol_routes(authenticated_routes(prefix, (*listing.ROUTES, *tables.ROUTES)))
+    # Signed file URLs carry their own authorisation (the signature), not the bearer token.
+    app.add_protocol_routes(signed_routes(prefix, files.ROUTES))
     app.include_router(tables.router, prefix=prefix, dependencies=authenticated)
     app.include_router(credentials.router, prefix=prefix, dependencies=authenticated)
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
-    # Signed file URLs carry their own authorisation (the signature), not the bearer token.
-    app.include_router(files.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
-    # So is the S3 endpoint of local tables (SigV4 with vended keys: sharing.s3).
-    app.include_router(s3.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)])
+    # The S3 endpoint of local tables carries its own too (SigV4 with vended keys: sharing.s3).
+    app.include_router(s3.router, prefix=prefix, dependencies=[Depends(redact_path_in_logs)])
     # The OAuth token endpoint authenticates its clients itself (RFC 6749).
     oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)
     # The Iceberg REST catalog: its OAuth token path first (its catch-all refuses writes),
@@ -180,7 +170,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.add_api_route(token_path, oauth_token.token, methods=["POST"], include_in_schema=False)
     app.router.routes.extend(iceberg.routes(prefix))
     app.include_router(
-        activation.router, prefix=prefix, dependencies=[Depends(_redact_path_in_logs)]
+        activation.router, prefix=prefix, dependencies=[Depends(redact_path_in_logs)]
     )
 
     health.install(app, config, metrics)  # /healthz, /readyz, /metrics

@@ -32,8 +32,17 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth import authenticate
+from app.middleware import REDACT_PATH_STATE
 
-__all__ = ["Endpoint", "ProtocolApp", "ProtocolRoute", "RouteSpec", "authenticated_routes"]
+__all__ = [
+    "Endpoint",
+    "ProtocolApp",
+    "ProtocolRoute",
+    "RouteSpec",
+    "authenticated_routes",
+    "redact_path_in_logs",
+    "signed_routes",
+]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 # scope key: the protocol route a request fully matched, and its child scope, for the
@@ -80,6 +89,37 @@ def authenticated_routes(prefix: str, specs: Sequence[RouteSpec]) -> list[Protoc
     routes = []
     for spec in specs:
         route = ProtocolRoute(prefix + spec.path, _authenticated(spec.endpoint), spec.methods)
+        route.name = spec.endpoint.__name__
+        routes.append(route)
+    return routes
+
+
+async def redact_path_in_logs(request: Request) -> None:
+    """For routes whose URL path itself is a credential (signed file URLs): logs show the
+    route template, never the signature. A dependency of such FastAPI routes; the first
+    step of `signed_routes`."""
+    template = getattr(request.scope.get("route"), "path", "") or "/<redacted>"
+    prefix = request.app.state.config.endpoint
+    if not template.startswith(prefix + "/"):
+        template = prefix + template
+    request.scope.setdefault("state", {})[REDACT_PATH_STATE] = template
+
+
+def _redacted(endpoint: Endpoint) -> Endpoint:
+    async def serve(request: Request) -> Response:
+        await redact_path_in_logs(request)
+        return await endpoint(request)
+
+    return serve
+
+
+def signed_routes(prefix: str, specs: Sequence[RouteSpec]) -> list[ProtocolRoute]:
+    """The routes of `specs` under `prefix` for URLs that carry their own authorisation (a
+    signature, checked by the endpoint): no bearer token, and the path redacted from the
+    logs before the endpoint runs."""
+    routes = []
+    for spec in specs:
+        route = ProtocolRoute(prefix + spec.path, _redacted(spec.endpoint), spec.methods)
         route.name = spec.endpoint.__name__
         routes.append(route)
     return routes

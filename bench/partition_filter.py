@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE.parent))
 from query_e2e import start_server  # noqa: E402
 from snapshot_load import write_table  # noqa: E402
 
-from tests.support.processes import stop  # noqa: E402
+from tests.support.processes import cpu_seconds, stop  # noqa: E402
 
 TOKEN = "bench-recipient-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
@@ -80,24 +80,6 @@ def write_config(path: Path, table: Path) -> None:
         ],
     }
     path.write_text(json.dumps(config))  # JSON is YAML
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its descendants (the server's workers),
-    from /proc: what the server spent, far less disturbed by other load than wall time."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    todo = [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-            for task in Path(f"/proc/{current}/task").iterdir():
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-        except (OSError, ValueError):
-            continue
-    return total
 
 
 def timed_query(client: httpx.Client, base: str, table: str) -> tuple[float, int]:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,7 +34,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tests.support.processes import free_port, stop, wait_http  # noqa: E402
+from tests.support.processes import cpu_seconds, free_port, stop, wait_http  # noqa: E402
 
 TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
@@ -177,18 +180,38 @@ def local_files_source(files: list[str]) -> type:
     return LocalFiles
 
 
-def best_of(runs: int, actions: list) -> list[float]:  # type: ignore[type-arg]
-    """Best time of each action; the actions take turns, so that a busy machine slows
-    them alike. One untimed warm-up each (Python workers, JIT, file system cache)."""
+@dataclass
+class Timing:
+    """Per run of one reader: wall seconds, CPU seconds of Spark (the driver's JVM and
+    the Python workers) and of the server, both measured on their processes."""
+
+    wall: list[float] = field(default_factory=list)
+    spark_cpu: list[float] = field(default_factory=list)
+    server_cpu: list[float] = field(default_factory=list)
+
+
+def timed_turns(runs: int, actions: list[Callable[[], None]], server_pid: int) -> list[Timing]:
+    """Each action `runs` times, the actions taking turns so that a busy machine slows
+    them alike, after one untimed warm-up each (Python workers, JIT, file system cache,
+    the server's snapshot)."""
     for action in actions:
         action()
-    best = [float("inf")] * len(actions)
+    timings = [Timing() for _ in actions]
     for _ in range(runs):
-        for i, action in enumerate(actions):
+        for timing, action in zip(timings, actions, strict=True):
+            server0 = cpu_seconds(server_pid)
+            total0 = cpu_seconds(os.getpid())
             start = time.perf_counter()
             action()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
+            timing.wall.append(time.perf_counter() - start)
+            server = cpu_seconds(server_pid) - server0
+            timing.server_cpu.append(server)
+            timing.spark_cpu.append(cpu_seconds(os.getpid()) - total0 - server)
+    return timings
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -199,6 +222,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
 
+    print(f"load average before: {load_average()}")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -235,21 +259,48 @@ def main() -> None:
         def read_all(df):  # type: ignore[no-untyped-def]
             return lambda: df.write.format("noop").mode("overwrite").save()
 
-        ours, baseline, python_floor = best_of(
-            args.runs, [read_all(shared), read_all(direct), read_all(floor)]
+        ours, baseline, python_floor = timed_turns(
+            args.runs,
+            [read_all(shared), read_all(direct), read_all(floor)],
+            server.pid,  # type: ignore[attr-defined]
         )
     finally:
         spark.stop()
         stop(server)  # type: ignore[arg-type]
-    print(f"\n{'reader':<32} {'seconds':>8} {'rows/s':>14}")
-    print(f"{'deltasharing (via Lakeshare)':<32} {ours:>8.2f} {rows / ours:>14,.0f}")
-    print(f"{'spark.read.parquet (baseline)':<32} {baseline:>8.2f} {rows / baseline:>14,.0f}")
+    print(f"load average after: {load_average()}")
     print(
-        f"{'python source, local files (floor)':<32} {python_floor:>8.2f} "
-        f"{rows / python_floor:>14,.0f}"
+        f"\n{'reader':<36} {'median s':>9} {'best s':>7} {'rows/s':>11} "
+        f"{'Spark CPU s':>12} {'server CPU s':>13}"
     )
-    print(f"\nratio deltasharing / parquet: {ours / baseline:.2f}x (goal <= 1.5x)")
-    print(f"ratio python floor / parquet: {python_floor / baseline:.2f}x")
+    for name, timing in (
+        ("deltasharing (via Lakeshare)", ours),
+        ("spark.read.parquet (baseline)", baseline),
+        ("python source, local files (floor)", python_floor),
+    ):
+        wall = statistics.median(timing.wall)
+        print(
+            f"{name:<36} {wall:>9.2f} {min(timing.wall):>7.2f} {rows / wall:>11,.0f} "
+            f"{statistics.median(timing.spark_cpu):>12.2f} "
+            f"{statistics.median(timing.server_cpu):>13.2f}"
+        )
+    print()
+    for name, timing in (("deltasharing", ours), ("python floor", python_floor)):
+        ratios = [w / b for w, b in zip(timing.wall, baseline.wall, strict=True)]
+        print(
+            f"ratio {name} / parquet: {statistics.median(ratios):.2f}x "
+            f"(runs: {', '.join(f'{r:.2f}' for r in ratios)})"
+        )
+    floor_ratios = [w / f for w, f in zip(ours.wall, python_floor.wall, strict=True)]
+    print(
+        f"ratio deltasharing / python floor: {statistics.median(floor_ratios):.2f}x "
+        f"(runs: {', '.join(f'{r:.2f}' for r in floor_ratios)}; goal <= 1.3x)"
+    )
+    ours_cpu = [s + v for s, v in zip(ours.spark_cpu, ours.server_cpu, strict=True)]
+    cpu_ratios = [c / f for c, f in zip(ours_cpu, python_floor.spark_cpu, strict=True)]
+    print(
+        f"CPU ratio deltasharing (Spark + server) / python floor: "
+        f"{statistics.median(cpu_ratios):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ import pytest
 from fastapi import APIRouter, Depends, Query
 from fastapi.testclient import TestClient
 
-from app import main as app_main
 from app.logs import JsonFormatter, request_id_var
 from app.main import create_app
+from app.routing import redact_path_in_logs
 from sharing.errors import UnsupportedOperation
 from tests.support.server import TEST_BEARER_TOKEN, make_config
 
@@ -50,9 +50,7 @@ def build_client(**overrides: object) -> TestClient:
     async def serve_file(signature: str) -> dict[str, str]:
         return {"signature": signature}
 
-    app.include_router(
-        secret_files, prefix=prefix, dependencies=[Depends(app_main._redact_path_in_logs)]
-    )
+    app.include_router(secret_files, prefix=prefix, dependencies=[Depends(redact_path_in_logs)])
     return TestClient(app, raise_server_exceptions=False)
 
 

@@ -21,7 +21,12 @@ import pytest
 import yaml
 
 from sharing.errors import ResourceNotFound
-from sharing.presign.local_verify import LocalFile, OpenedFile, RangeNotSatisfiable
+from sharing.presign.local_verify import (
+    CHUNK_BYTES,
+    LocalFile,
+    OpenedFile,
+    RangeNotSatisfiable,
+)
 from tests.support.corpus import CORPUS
 from tests.support.processes import free_port, stop, wait_http
 from tests.support.requirements import require
@@ -138,6 +143,31 @@ def test_opened_file_reads_before_the_reply_and_streams_the_rest(tmp_path: Path)
     head = OpenedFile(found, None, head=True)
     head.close()
     assert head.reply.headers["Content-Length"] == str(len(data))
+
+
+def test_a_body_of_one_chunk_is_read_whole_while_opening(tmp_path: Path) -> None:
+    """Up to CHUNK_BYTES, the body is read while opening and the file closed at once: the
+    route answers with one plain response instead of a streamed one (a streamed response
+    costs the server about as much CPU again for a small file)."""
+    path = tmp_path / "f.bin"
+    data = os.urandom(CHUNK_BYTES + 5)
+    path.write_bytes(data)
+    found = LocalFile(str(path), len(data))
+    small = tmp_path / "small.bin"
+    small.write_bytes(data[:100])
+    whole = OpenedFile(LocalFile(str(small), 100), None, head=False)
+    assert whole.body == data[:100] and whole._file.closed
+    ranged = OpenedFile(found, f"bytes=5-{CHUNK_BYTES + 4}", head=False)
+    assert ranged.reply.status == 206 and ranged.body == data[5:]
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    assert OpenedFile(LocalFile(str(empty), 0), None, head=False).body == b""
+    large = OpenedFile(found, None, head=False)
+    assert large.body is None and not large._file.closed  # streamed by chunks()
+    assert b"".join(large.chunks()) == data
+    head = OpenedFile(LocalFile(str(small), 100), None, head=True)
+    assert head.body is None
+    head.close()
 
 
 def test_opened_file_uses_the_size_of_what_it_opened(tmp_path: Path) -> None:

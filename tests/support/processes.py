@@ -5,6 +5,7 @@ Shared by tests/cloud_fixtures.py and the bench scripts; needs only the standard
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 
 def serve_command(config: object, port: int, *extra: str) -> list[str]:
@@ -52,3 +54,22 @@ def stop(process: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants, the exited ones it
+    reaped included (a server's workers, Spark's Python workers), from /proc: what they
+    spent, far less disturbed by other load on the machine than wall time."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / ticks
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return total
