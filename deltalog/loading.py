@@ -12,18 +12,19 @@ hand out each batch of rows as it is read, while it builds the snapshot as usual
 
 `SnapshotLoading` is that hand-over between the thread that loads (deltalog.snapshot and
 deltalog.snapshot_store publish to the loading current in their context: `observing`)
-and one reader. The reader's backlog is bounded: when it falls `max_rows` rows behind,
-the load stops handing out batches (it never waits for the reader) and the reader
-continues from the finished snapshot at the row it had reached, which holds the same
-rows in the same order. The rows handed out and the finished snapshot's are checked to
-line up, so a reader never sends a mix of two versions.
+and any number of readers, who may join while the load runs. What it holds is bounded:
+the first `max_rows` rows; past them the load stops handing out batches (it never waits
+for a reader), and a reader that has gone through them continues from the finished
+snapshot at the row it had reached, which holds the same rows in the same order. (A load
+reads a checkpoint far faster than a response is written, so a reader rarely catches up
+with it.) The rows handed out and the finished snapshot's are checked to line up, so a
+reader never sends a mix of two versions.
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,19 +66,19 @@ class LoadMismatchError(DeltaError):
 
 
 class SnapshotLoading:
-    """One load's head and rows, for one reader (see the module docstring)."""
+    """One load's head and first rows, for its readers (see the module docstring)."""
 
     def __init__(self, max_rows: int | None = None) -> None:
         self.max_rows = MAX_BACKLOG_ROWS if max_rows is None else max_rows
         self._cond = threading.Condition()
         self._head: SnapshotHead | None = None
-        self._backlog: deque[pa.RecordBatch] = deque()
-        self._backlog_rows = 0
-        self._cut = False  # a batch was not handed out: the rest comes from the snapshot
+        self._batches: list[pa.RecordBatch] = []
+        self._rows = 0
+        self._cut = False  # a batch was not kept: the rest comes from the snapshot
         self._done = False
         self._snapshot: Snapshot | None = None
         self._error: BaseException | None = None
-        self.handed_out = 0  # batches the reader took from the backlog (for tests)
+        self.handed_out = 0  # batches readers took from the load (for tests)
 
     # -- the loading side -----------------------------------------------------------
 
@@ -98,12 +99,18 @@ class SnapshotLoading:
         with self._cond:
             if self._cut or self._done:
                 return
-            if self._backlog_rows + batch.num_rows > self.max_rows and self._backlog:
+            if self._rows + batch.num_rows > self.max_rows and self._batches:
                 self._cut = True
             else:
-                self._backlog.append(batch)
-                self._backlog_rows += batch.num_rows
+                self._batches.append(batch)
+                self._rows += batch.num_rows
             self._cond.notify_all()
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether more rows would be kept (not past `max_rows`, not finished)."""
+        with self._cond:
+            return not (self._cut or self._done)
 
     def finish(self, snapshot: Snapshot) -> None:
         with self._cond:
@@ -146,16 +153,18 @@ class SnapshotLoading:
 
     def files(self, max_rows: int) -> Iterator[pa.RecordBatch]:
         """Every file of the snapshot in order, in batches of at most `max_rows` rows:
-        those handed out while loading, then the finished snapshot's from there on."""
+        those handed out while loading, then the finished snapshot's from there on (a
+        reader of its own each call, from the first row)."""
         sent = 0
+        taken = 0
         last_path: str | None = None
         while True:
             with self._cond:
-                while not self._backlog and not self._cut and not self._done:
+                while taken == len(self._batches) and not self._cut and not self._done:
                     self._cond.wait()
-                batch = self._backlog.popleft() if self._backlog else None
+                batch = self._batches[taken] if taken < len(self._batches) else None
                 if batch is not None:
-                    self._backlog_rows -= batch.num_rows
+                    taken += 1
                     self.handed_out += 1
             if batch is None:
                 break

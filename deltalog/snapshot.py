@@ -313,6 +313,28 @@ def load_snapshot(
     )
 
 
+def preview(storage: Storage, segment: LogSegment) -> None:
+    """Hand the loading current in this context the head and first rows of `segment`'s
+    snapshot, read as `load_snapshot` reads them, until it takes no more; nothing is
+    kept (another process is building the snapshot: deltalog.snapshot_store)."""
+    if segment.checkpoint is None:
+        return
+    reader = CheckpointReader(storage, segment.table_root, segment.checkpoint)
+    before = reader.metadata() if segment.commits else None
+    commits = read_commits(storage, segment.table_root, segment.commits, before)
+    won = commit_winners(commits)
+    publish = announce(reader, segment, commits, won)
+    if publish is None:
+        return
+    for batch, _ in CheckpointRows(reader, won, pack=False, first_alone=True).adds():
+        if not publish.takes_rows:
+            return
+        publish.publish(batch)
+    if won is not None and won.adds is not None:
+        for batch in conform_adds(won.adds, reader.adds_schema).to_batches():
+            publish.publish(batch)
+
+
 class CheckpointRows:
     """A checkpoint's rows as a snapshot keeps them after `won` (the winners of the
     commits that follow it): its adds batch by batch (`adds`, with their keys), minus

@@ -63,6 +63,7 @@ from deltalog.commits import metadata_from_action
 from deltalog.errors import DeltaError
 from deltalog.file_chunks import CHUNK_ROWS, ChunkSink, FileChunks, flat, split_batches
 from deltalog.json_stats import stats_type, typed_stats, with_typed_stats
+from deltalog.loading import current_loading
 from deltalog.log_segment import LogListing, LogSegment, build_segment, list_log
 from deltalog.null_columns import null_array
 from deltalog.packed_stats import text_batch, text_schema
@@ -74,6 +75,7 @@ from deltalog.snapshot import (
     announce,
     fold_actions,
     load_snapshot,
+    preview,
     read_commits,
     require_readable,
 )
@@ -202,16 +204,23 @@ class SnapshotStore:
         return sorted(found, reverse=True)
 
     @contextlib.contextmanager
-    def building(self, identity: str) -> Iterator[None]:
+    def building(
+        self, identity: str, *, while_busy: Callable[[], None] | None = None
+    ) -> Iterator[None]:
         """Held while a process builds a table's snapshot from the log: others wait,
-        then find the file written."""
+        then find the file written. `while_busy` is run first when another holds it."""
         folder = self.table_dir(identity)
         folder.mkdir(parents=True, exist_ok=True)
         if fcntl is None:
             yield
             return
         with open(folder / "lock", "a+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if while_busy is not None:
+                    while_busy()
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
@@ -343,7 +352,8 @@ class StoredTable:
         snapshot = self._from_store(clock, max_commits)
         if snapshot is not None:
             return snapshot
-        with self.store.building(self.identity):
+        busy = self._preview if current_loading() is not None else None
+        with self.store.building(self.identity, while_busy=busy):
             snapshot = self._from_store(clock, max_commits)  # written while we waited?
             if snapshot is not None:
                 return snapshot
@@ -365,6 +375,16 @@ class StoredTable:
             if mapped is not None:
                 return mapped
             return load_snapshot(self.storage, self.table_root, segment, clock=clock)
+
+    def _preview(self) -> None:
+        """Another process is building the snapshot: while this one waits for its file,
+        the loading current here (deltalog.loading) is handed the first rows from this
+        process's own read of the log, as far as it takes them (deltalog.snapshot
+        .preview). A failure only means the reader waits for the file."""
+        try:
+            preview(self.storage, build_segment(self.storage, self.table_root))
+        except DeltaError as exc:
+            log.info("snapshot store: no rows ahead of the file (%s)", exc)
 
     def _build(self, segment: LogSegment, clock: CommitClock) -> int:
         """Write the snapshot of `segment` to the store; returns its version. A checkpoint

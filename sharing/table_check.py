@@ -85,7 +85,18 @@ def configured_tables(config: ServerConfig) -> Iterator[SharedTable]:
 
 
 def check_table(service: TableService, shared: SharedTable) -> TableReport:
-    """Open the table's latest snapshot and describe it; failures become problems."""
+    """Open the table's latest snapshot and describe it; failures become problems. A view
+    is described without I/O: its SQL was checked when the configuration loaded, and it
+    serves one materialization per tuple of recipient properties."""
+    if shared.is_view:
+        return TableReport(
+            table=shared.full_name,
+            location="",
+            notes=[
+                "a shared view: materialized per tuple of recipient properties by "
+                "`lakeshare views refresh` (see `lakeshare views status`)"
+            ],
+        )
     started = time.monotonic()
     report = TableReport(
         table=shared.full_name,
@@ -147,10 +158,8 @@ def check_tables(
     on_report: Callable[[TableReport], None] | None = None,
 ) -> list[TableReport]:
     """Check tables concurrently; a table that takes longer than `timeout_seconds` is
-    reported unusable ("no answer") without waiting for its store any longer. Views are
-    left out: their SQL is checked when the configuration loads, and what they serve is
-    one materialization per tuple of recipient properties (`lakeshare views status`)."""
-    tables = [t for t in tables if not t.is_view]
+    reported unusable ("no answer") without waiting for its store any longer."""
+    tables = list(tables)
     reports: list[TableReport] = []
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="table-check")
     try:

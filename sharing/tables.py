@@ -24,6 +24,7 @@ so the planners in sharing/query speak only in sharing terms.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -152,6 +153,8 @@ class TableService:
         self._tables: OrderedDict[_TableKey, deltalog.DeltaTable] = OrderedDict()
         self._latest: dict[_TableKey, deltalog.Snapshot] = {}
         self._lock = threading.Lock()
+        # Cold loads of latest snapshots under way, for requests to stream from.
+        self._loadings: dict[_TableKey, deltalog.SnapshotLoading] = {}
         self._views_location = config.views.location
         self._retry_after = config.views.refresh_interval_seconds
         # Per copy location: the source version each copy version read so far holds.
@@ -187,17 +190,19 @@ class TableService:
     def forget(self, removed: Iterable[SharedTable], served: Iterable[SharedTable]) -> int:
         """Drop the log readers and snapshots of `removed` tables (no longer in the
         catalog), unless a table still `served` reads the same location with the same
-        options; their parsed stats go too. A request holding a snapshot keeps it to its end.
-        The number of locations dropped."""
-        keep = {_cache_key(shared) for shared in served}
+        options; their parsed stats go too, and so do those of their compatible copies. A
+        request holding a snapshot keeps it to its end. The number of locations dropped."""
+        keep = {_cache_key(shared) for shared in self._with_copies(served)}
         dropped: list[tuple[_TableKey, deltalog.Snapshot | None]] = []
         with self._lock:
-            for shared in removed:
+            for shared in self._with_copies(removed):
                 key = _cache_key(shared)
                 if key in keep or key not in self._tables:
                     continue
                 del self._tables[key]
                 dropped.append((key, self._latest.pop(key, None)))
+                for mapped in [k for k in self._copy_versions if k[0] == key[0]]:
+                    del self._copy_versions[mapped]
         if self._warmer is not None:
             for key, snapshot in dropped:
                 self._warmer.forget(key, snapshot.files if snapshot is not None else None)
@@ -214,10 +219,54 @@ class TableService:
                     self._observer.snapshot_resolved(shared, _cached_event(cached), 0.0)
                 return cached
         table = self.delta_table(shared)
-        snapshot = self._snapshot(shared, table, None)
+        return self._latest_loaded(shared, table, self._begin_loading(location, table))
+
+    def _registered_loading(self, location: _TableKey) -> deltalog.SnapshotLoading | None:
+        with self._lock:
+            return self._loadings.get(location)
+
+    def _begin_loading(
+        self, location: _TableKey, table: deltalog.DeltaTable
+    ) -> deltalog.SnapshotLoading | None:
+        """A loading to publish a cold load of `table` to, registered so that requests
+        arriving meanwhile can stream from it (`resolve_early`); None when the table has a
+        snapshot in memory or a load of it is registered already."""
+        with self._lock:
+            if table.has_latest or location in self._loadings:
+                return None
+            loading = deltalog.SnapshotLoading()
+            self._loadings[location] = loading
+            return loading
+
+    def _latest_loaded(
+        self,
+        shared: SharedTable,
+        table: deltalog.DeltaTable,
+        loading: deltalog.SnapshotLoading | None,
+    ) -> deltalog.Snapshot:
+        """`latest` past its cache check: with `loading` (owned: it is told the outcome,
+        then unregistered) or one registered by another caller, the load publishes to it."""
+        location = _cache_key(shared)
+        # Another caller's load may be registered but not running yet: whichever of the
+        # two runs the load (deltalog.table.RefreshPolicy) publishes to it.
+        observed = loading or self._registered_loading(location)
+        try:
+            if observed is None:
+                snapshot = self._snapshot(shared, table, None)
+            else:
+                with observing(observed):
+                    snapshot = self._snapshot(shared, table, None)
+        except BaseException as exc:
+            if loading is not None:
+                self._end_loading(location, loading)
+                loading.fail(exc)
+            raise
         with self._lock:
             previous = self._latest.get(location)
             self._latest[location] = snapshot
+        if loading is not None:
+            self._end_loading(location, loading)
+            loading.finish(snapshot)
         if self._warmer is not None and previous is not snapshot:
             self._warmer.snapshot_loaded(
                 location,
@@ -227,6 +276,11 @@ class TableService:
                 previous=previous.files if previous is not None else None,
             )
         return snapshot
+
+    def _end_loading(self, location: _TableKey, loading: deltalog.SnapshotLoading) -> None:
+        with self._lock:
+            if self._loadings.get(location) is loading:
+                del self._loadings[location]
 
     def fresh_latest(self, shared: SharedTable) -> deltalog.Snapshot | None:
         """What `latest` would answer when it can be had without I/O or waiting (a table
@@ -322,9 +376,10 @@ class TableService:
 
     def resolve_early(self, shared: SharedTable) -> ResolvedSnapshot | deltalog.SnapshotLoading:
         """`resolve` of the latest snapshot, except when the table has none in memory yet
-        (a cold load): then the load runs on a thread of its own, and once it knows the
-        version's head (deltalog.loading) the load itself is returned, so the caller can
-        go through the files as they are read. A load that finds the snapshot without
+        (a cold load): then the load runs on a thread of its own (or the load under way
+        is joined: another request's, or the start-up table check's), and once it knows
+        the version's head (deltalog.loading) the load itself is returned, so the caller
+        can go through the files as they are read. A load that finds the snapshot without
         reading a checkpoint (a store file, a concurrent request's load, a log without
         a checkpoint) announces no head: its snapshot is returned when it is done. Either
         way the load ends in `latest`'s bookkeeping, so the next request finds it. A
@@ -332,22 +387,24 @@ class TableService:
         if shared.source is not None:
             return self.resolve(shared, version=None, timestamp=None)
         table = self.delta_table(shared)
+        location = _cache_key(shared)
         with self._lock:
-            cached = self._latest.get(_cache_key(shared))
+            cached = self._latest.get(location)
+            loading = self._loadings.get(location)
         if table.has_latest or (self._stale_ok and cached is not None):
             return self.resolve(shared, version=None, timestamp=None)
-        loading = deltalog.SnapshotLoading()
+        if loading is None:
+            loading = self._begin_loading(location, table)
+            if loading is None:  # loaded, or another request's load began, meanwhile
+                return self.resolve_early(shared)
+            owned = loading
 
-        def load() -> None:
-            try:
-                with observing(loading):
-                    snapshot = self.latest(shared)
-            except BaseException as exc:  # handed to the request, raised there
-                loading.fail(exc)
-            else:
-                loading.finish(snapshot)
+            def load() -> None:
+                # A failure reaches the readers through the loading.
+                with contextlib.suppress(Exception):
+                    self._latest_loaded(shared, table, owned)
 
-        threading.Thread(target=load, name="snapshot-load", daemon=True).start()
+            threading.Thread(target=load, name="snapshot-load", daemon=True).start()
         head = loading.wait_head()
         if head is None:
             snapshot = loading.result()
@@ -390,6 +447,13 @@ class TableService:
         location = copy_location(self._views_location, shared.full_name)
         config = shared.config.model_copy(update={"location": location, "storage": ()})
         return dataclasses.replace(shared, config=config, source=shared)
+
+    def _with_copies(self, tables: Iterable[SharedTable]) -> list[SharedTable]:
+        """`tables` and the compatible copies of those that keep one."""
+        found = list(tables)
+        if self._views_location is not None:
+            found += [self.copy_of(t) for t in found if t.config.compatible_copy]
+        return found
 
     def _resolve_copy(
         self, copy: SharedTable, source: SharedTable, version: int | None, timestamp: str | None

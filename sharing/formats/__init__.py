@@ -124,21 +124,29 @@ def batch_file_ids(batch: pa.RecordBatch, id_scheme: str) -> pa.Array:
 
 
 def storage_keys(paths: pa.Array, storage: Storage, table_root: str) -> list[str]:
-    """Storage keys of log paths; plain relative paths (the common case) are joined in bulk,
-    percent-encoded or absolute ones are resolved one by one."""
+    """Storage keys of log paths, as Python strings (see `storage_key_column`)."""
+    keys: list[str] = storage_key_column(paths, storage, table_root).to_pylist()
+    return keys
+
+
+def storage_key_column(paths: pa.Array, storage: Storage, table_root: str) -> pa.Array:
+    """Storage keys of log paths as a string column; plain relative paths (the common
+    case) are joined in bulk, percent-encoded or absolute ones are resolved one by one."""
     if pa.types.is_dictionary(paths.type):
         paths = paths.dictionary_decode()  # a dictionary-encoded snapshot column
     prefix = storage.join(table_root, "")
-    # to_numpy(...).tolist() makes the Python strings ~6x faster than to_pylist().
     joined = pc.binary_join_element_wise(prefix, paths, "")
-    keys: list[str] = joined.to_numpy(zero_copy_only=False).tolist()
     if _plainly_relative(paths):
-        return keys
+        return joined
     special = pc.match_substring_regex(paths, _ABSOLUTE_OR_ENCODED)
+    if not pc.any(special).as_py():
+        return joined
+    # to_numpy(...).tolist() makes the Python strings ~6x faster than to_pylist().
+    keys: list[str] = joined.to_numpy(zero_copy_only=False).tolist()
     raw = paths.to_pylist()
     for i in pc.indices_nonzero(special).to_pylist():
         keys[i] = resolve_key(storage, table_root, raw[i])
-    return keys
+    return pa.array(keys, pa.string())
 
 
 def _plainly_relative(paths: pa.Array) -> bool:

@@ -28,17 +28,21 @@ from sharing.formats import (
     TableHead,
     batch_file_ids,
     dumps_line,
-    storage_keys,
+    storage_key_column,
 )
 from sharing.formats.jsoncols import (
+    Piece,
     concat,
     field,
+    joined_bytes,
     json_bool,
     json_number,
     json_string,
     json_string_map,
-    lines_to_bytes,
+    json_string_pieces,
+    string_field,
 )
+from sharing.presign.base import sign_column
 
 _NULL_STRING = pa.scalar(None, pa.string())
 
@@ -67,16 +71,15 @@ class DeltaWriter:
     def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
         if batch.num_rows == 0:
             return FileLines(b"", None)
-        paths = batch.column("path")
-        signed = ctx.signer.sign(storage_keys(paths, ctx.storage, ctx.table_root))
+        keys = storage_key_column(batch.column("path"), ctx.storage, ctx.table_root)
+        signed = sign_column(ctx.signer, keys)
         ids = batch_file_ids(batch, ctx.id_scheme)
-        pieces: list[pa.Array | str] = ['{"file":{"id":"', ids, '"']
+        pieces: list[Piece] = ['{"file":{"id":"', ids, '"']
         if ctx.version is not None:
             pieces.append(f',"version":{ctx.version}')
         if ctx.timestamp is not None:
             pieces.append(f',"timestamp":{ctx.timestamp}')
         expiration = signed.expiration_ms
-        urls = json_string(pa.array(signed.urls, pa.string()))
         if action == CDC:
             kind, body = "cdc", _cdc_fields(batch)
         else:
@@ -92,16 +95,17 @@ class DeltaWriter:
             ]
         pieces += [
             f',"expirationTimestamp":{expiration}',
-            f',"deltaSingleAction":{{"{kind}":{{"path":',
-            urls,
+            f',"deltaSingleAction":{{"{kind}":{{"path":"',
+            *json_string_pieces(signed.pieces, safe=signed.json_safe),
+            '"',
             *body,
-            "}}}}",
+            "}}}}\n",
         ]
         lines = concat(pieces, skip_null_pieces=True)
-        return FileLines(lines_to_bytes(lines), expiration)
+        return FileLines(joined_bytes(lines), expiration)
 
 
-def _add_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
+def _add_fields(batch: pa.RecordBatch) -> list[Piece]:
     """The fields of an `add` after `path` (modificationTime and dataChange always set:
     Delta readers require them)."""
     return [
@@ -110,13 +114,13 @@ def _add_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
         field("size", json_number(pc.fill_null(batch.column("size"), 0))),
         field("modificationTime", json_number(pc.fill_null(batch["modificationTime"], 0))),
         field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
-        field("stats", json_string(stats_text(batch.column("stats")))),
+        *string_field("stats", stats_text(batch.column("stats"))),
         _tags(batch),
         field("clusteringProvider", json_string(batch.column("clusteringProvider"))),
     ]
 
 
-def _remove_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
+def _remove_fields(batch: pa.RecordBatch) -> list[Piece]:
     """The fields of a `remove` after `path`, as far as the log had them."""
     return [
         field("deletionTimestamp", json_number(batch.column("deletionTimestamp"))),
@@ -125,12 +129,12 @@ def _remove_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
         ',"partitionValues":',
         json_string_map(batch.column("partitionValues")),
         field("size", json_number(batch.column("size"))),
-        field("stats", json_string(stats_text(batch.column("stats")))),
+        *string_field("stats", stats_text(batch.column("stats"))),
         _tags(batch),
     ]
 
 
-def _cdc_fields(batch: pa.RecordBatch) -> list[pa.Array | str]:
+def _cdc_fields(batch: pa.RecordBatch) -> list[Piece]:
     """The fields of a `cdc` after `path`; Delta readers require partitionValues, size and
     dataChange (always false for change data files)."""
     return [

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
+
+from sharing.hexdigests import hex_array
 
 
 class IdScheme(StrEnum):
@@ -42,10 +43,6 @@ ID_HASHES: dict[str, Callable[..., Any]] = {
     IdScheme.DELTA: hashlib.sha256,
 }
 _ID_COLUMN_PREFIX = "__lakeshare_file_id_"
-# Two hex digits per byte value, so a whole digest buffer is hex-encoded with one take.
-_HEX_PAIRS = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), np.uint8).reshape(
-    256, 2
-)
 
 
 def id_column(scheme: str) -> str:
@@ -62,17 +59,13 @@ def compute_ids(paths: pa.Array | pa.ChunkedArray, scheme: str) -> pa.Array:
     if isinstance(paths, pa.ChunkedArray):
         paths = paths.combine_chunks() if paths.num_chunks else pa.array([], pa.string())
     new = ID_HASHES[scheme]
-    width = new().digest_size * 2
-    n = len(paths)
-    if n == 0:
+    if len(paths) == 0:
         return pa.array([], pa.string())
     # UTF-8 bytes without a Python str round trip (to_numpy: far cheaper than to_pylist).
     raw = paths.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist()
     # The digest names a file; it protects nothing (hence usedforsecurity=False, for FIPS).
     digests = b"".join([new(p, usedforsecurity=False).digest() for p in raw])
-    text = _HEX_PAIRS[np.frombuffer(digests, np.uint8)].tobytes()
-    offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+    return hex_array(digests, new().digest_size)
 
 
 @dataclass

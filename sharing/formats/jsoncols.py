@@ -11,16 +11,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeAlias
 
-import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from sharing.presign.url_paths import string_bytes
 
 Piece: TypeAlias = pa.Array | str
 
 
 def json_string(values: pa.Array) -> pa.Array:
-    """Each value as a quoted, escaped JSON string (null stays null).
+    """Each value as a quoted, escaped JSON string (null stays null)."""
+    return concat(['"', *json_string_pieces([values]), '"'])
+
+
+def json_string_pieces(pieces: Sequence[Piece], *, safe: bool = False) -> list[Piece]:
+    """The pieces of a string (columns and literals, joined element-wise) escaped for the
+    inside of a JSON string, without the quotes, so a line assembles it in its own single
+    `concat` instead of copying a quoted column first; `safe`: the caller knows nothing
+    needs escaping (sharing.presign.base.SignedColumn.json_safe)."""
+    if safe:
+        return list(pieces)
+    return [
+        orjson.dumps(piece).decode()[1:-1] if isinstance(piece, str) else _escaped(piece)
+        for piece in pieces
+    ]
+
+
+def _escaped(values: pa.Array) -> pa.Array:
+    """Each value escaped for the inside of a JSON string (null stays null).
 
     One pass of numpy over the array's data buffer decides what is needed: nothing for
     most columns (URLs, paths, partition values), one substring replacement each for
@@ -28,9 +47,9 @@ def json_string(values: pa.Array) -> pa.Array:
     control characters, which need `\\u00NN` forms.
     """
     values = values.cast(pa.string())
-    data = _data_bytes(values)
+    data = string_bytes(values)
     if data.size and (data < 0x20).any():
-        return _json_string_slow(values)
+        return _escaped_slow(values)
     escaped = values
     # Each replacement is a full pass over the text; stats JSON has quotes but seldom a
     # backslash, so only the replacements that can change something run.
@@ -38,23 +57,12 @@ def json_string(values: pa.Array) -> pa.Array:
         escaped = pc.replace_substring(escaped, "\\", "\\\\")
     if (data == 0x22).any():
         escaped = pc.replace_substring(escaped, '"', '\\"')
-    return concat(['"', escaped, '"'])
+    return escaped
 
 
-def _data_bytes(values: pa.StringArray) -> np.ndarray:
-    """The bytes of the array's values (of its slice only), without copying."""
-    n = len(values)
-    buffer = values.buffers()[2]
-    if n == 0 or buffer is None:
-        return np.empty(0, np.uint8)
-    offsets = np.frombuffer(values.buffers()[1], np.int32, n + 1, values.offset * 4)
-    first, last = int(offsets[0]), int(offsets[-1])
-    return np.frombuffer(buffer, np.uint8, last - first, first)
-
-
-def _json_string_slow(values: pa.Array) -> pa.Array:
+def _escaped_slow(values: pa.Array) -> pa.Array:
     return pa.array(
-        [None if v is None else orjson.dumps(v).decode() for v in values.to_pylist()],
+        [None if v is None else orjson.dumps(v).decode()[1:-1] for v in values.to_pylist()],
         pa.string(),
     )
 
@@ -91,6 +99,15 @@ def field(name: str, fragment: pa.Array, *, leading_comma: bool = True) -> pa.Ar
     return concat([prefix, fragment])
 
 
+def string_field(name: str, values: pa.Array) -> list[Piece]:
+    """`,"name":"<escaped value>"` per row as pieces for a line's `concat` (with
+    `skip_null_pieces`); a null value omits the field. A column without nulls (stats, as a
+    rule) is spliced in without a quoted copy of its own."""
+    if values.null_count:
+        return [field(name, json_string(values))]
+    return [f',"{name}":"', *json_string_pieces([values]), '"']
+
+
 def concat(pieces: Sequence[Piece], *, skip_null_pieces: bool = False) -> pa.Array:
     """Element-wise concatenation of columns and literal strings.
 
@@ -105,12 +122,13 @@ def lines_to_bytes(lines: pa.Array) -> bytes:
     """The NDJSON text of one batch: every line followed by a newline, as one bytes object."""
     if len(lines) == 0:
         return b""
-    joined = pc.binary_join_element_wise(lines, "\n", "")
-    offsets_buf, data_buf = joined.buffers()[1], joined.buffers()[2]
-    offsets = pa.Array.from_buffers(
-        pa.int32(), len(joined) + 1, [None, offsets_buf], offset=joined.offset
-    )
-    start = offsets[0].as_py()
-    end = offsets[-1].as_py()
-    text: bytes = data_buf[start:end].to_pybytes()
-    return text
+    return joined_bytes(pc.binary_join_element_wise(lines, "\n", ""))
+
+
+def joined_bytes(values: pa.Array) -> bytes:
+    """The values of a string column one after the other (lines that end with their
+    newline: the text of a batch), copied once, straight from the column's data buffer."""
+    if len(values) == 0 or values.null_count:
+        return b"".join(v.encode() for v in values.to_pylist() if v is not None)
+    data = string_bytes(values)
+    return data.tobytes()

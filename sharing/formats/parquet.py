@@ -22,16 +22,18 @@ from sharing.formats import (
     TableHead,
     batch_file_ids,
     dumps_line,
-    storage_keys,
+    storage_key_column,
 )
 from sharing.formats.jsoncols import (
+    Piece,
     concat,
-    field,
+    joined_bytes,
     json_number,
-    json_string,
     json_string_map,
-    lines_to_bytes,
+    json_string_pieces,
+    string_field,
 )
+from sharing.presign.base import sign_column
 
 _PROTOCOL_LINE = dumps_line({"protocol": {"minReaderVersion": 1}})
 
@@ -54,28 +56,29 @@ class ParquetWriter:
     def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
         if batch.num_rows == 0:
             return FileLines(b"", None)
-        paths = batch.column("path")
-        signed = ctx.signer.sign(storage_keys(paths, ctx.storage, ctx.table_root))
-        # Removes and change data files carry no stats for the client to use.
-        stats = None if action in (REMOVE, CDC) else stats_text(batch.column("stats"))
-        pieces = [
-            f'{{"{action}":{{"url":',
-            json_string(pa.array(signed.urls, pa.string())),
-            ',"id":"',
+        keys = storage_key_column(batch.column("path"), ctx.storage, ctx.table_root)
+        signed = sign_column(ctx.signer, keys)
+        pieces: list[Piece] = [
+            f'{{"{action}":{{"url":"',
+            *json_string_pieces(signed.pieces, safe=signed.json_safe),
+            '","id":"',
             batch_file_ids(batch, ctx.id_scheme),
             '","partitionValues":',
             json_string_map(batch.column("partitionValues")),
-            field("size", json_number(pc.fill_null(batch.column("size"), 0))),
-            field("stats", json_string(stats)) if stats is not None else "",
-            f',"expirationTimestamp":{signed.expiration_ms}',
+            ',"size":',
+            json_number(pc.fill_null(batch.column("size"), 0)),
         ]
+        # Removes and change data files carry no stats for the client to use.
+        if action not in (REMOVE, CDC):
+            pieces += string_field("stats", stats_text(batch.column("stats")))
+        pieces.append(f',"expirationTimestamp":{signed.expiration_ms}')
         if ctx.timestamp is not None:
             pieces.append(f',"timestamp":{ctx.timestamp}')
         if ctx.version is not None:
             pieces.append(f',"version":{ctx.version}')
-        pieces.append("}}")
+        pieces.append("}}\n")
         lines = concat(pieces, skip_null_pieces=True)
-        return FileLines(lines_to_bytes(lines), signed.expiration_ms)
+        return FileLines(joined_bytes(lines), signed.expiration_ms)
 
 
 def metadata_object(head: TableHead) -> dict[str, object]:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltalog.storage.base import Storage
 
@@ -25,6 +28,30 @@ class SignedUrls:
     expiration_ms: int
 
 
+UrlPiece: TypeAlias = pa.Array | str
+
+
+@dataclass(frozen=True, slots=True)
+class SignedColumn:
+    """The URLs of a batch as Arrow pieces (columns and literal strings) that, joined
+    element-wise, are the URLs: a response writer splices them into its lines without a
+    Python string per URL. `json_safe`: no piece holds a character that JSON escapes
+    (quote, backslash, control characters), so the pieces go into a JSON string as is."""
+
+    pieces: tuple[UrlPiece, ...]
+    expiration_ms: int
+    json_safe: bool
+
+    def urls(self) -> list[str]:
+        """The URLs as Python strings."""
+        if len(self.pieces) == 1 and isinstance(self.pieces[0], pa.Array):
+            joined = self.pieces[0]
+        else:
+            joined = pc.binary_join_element_wise(*self.pieces, "")
+        urls: list[str] = joined.to_pylist()
+        return urls
+
+
 @runtime_checkable
 class TableFiles(Protocol):
     """Where a table's files are, as a signer needs it: a snapshot, or one still loading
@@ -37,6 +64,7 @@ class TableFiles(Protocol):
     def table_root(self) -> str: ...
 
 
+@runtime_checkable
 class Signer(Protocol):
     """Signs storage keys of one table.
 
@@ -51,6 +79,24 @@ class Signer(Protocol):
         """URLs for `keys` (storage keys under the table's root). Raises
         sharing.errors.UnsupportedOperation for a key the signer cannot hand out."""
         ...
+
+
+def json_safe(text: str) -> bool:
+    """Whether `text` goes into a JSON string unescaped (no quote, backslash or control
+    character): the literal pieces of a SignedColumn are checked with it."""
+    return '"' not in text and "\\" not in text and all(ch >= " " for ch in text)
+
+
+def sign_column(signer: Signer, keys: pa.Array) -> SignedColumn:
+    """The URLs of `keys` (a string column of storage keys) from `signer`: built in bulk by
+    a signer that has a `sign_column` method (the local and S3 signers), else from its
+    `sign` (one Python string per URL)."""
+    bulk = getattr(signer, "sign_column", None)
+    if bulk is not None:
+        column: SignedColumn = bulk(keys)
+        return column
+    signed = signer.sign(keys.to_pylist())
+    return SignedColumn((pa.array(signed.urls, pa.string()),), signed.expiration_ms, False)
 
 
 def signs_in_memory(signer: Signer) -> bool:

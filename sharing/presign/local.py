@@ -24,12 +24,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
+import pyarrow as pa
+
 from sharing.errors import UnsupportedOperation
-from sharing.presign.base import ABSOLUTE_PATHS, SignedUrls
+from sharing.hexdigests import hex_array
+from sharing.presign.base import ABSOLUTE_PATHS, SignedColumn, SignedUrls, json_safe
 from sharing.presign.prepared_hmac import PreparedHmac
-from sharing.presign.url_paths import all_plain
+from sharing.presign.url_paths import plain_column, relative_column
 
 _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
+_DIGEST_SIZE = 32  # SHA-256
 _KEY_LABEL = b"lakeshare/local-file-url/v2"  # v2: the holder is signed too
 
 
@@ -134,27 +138,42 @@ class LocalSigner:
         self._marker = f"&{COPY_PARAMETER}=1" if table.copy else ""
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
+        signed = self.sign_column(pa.array(keys, pa.string()))
+        return SignedUrls(urls=signed.urls(), expiration_ms=signed.expiration_ms)
+
+    def sign_column(self, keys: pa.Array) -> SignedColumn:
+        """The URLs of a column of storage keys, as pieces: the URL prefix, the relative
+        path, the query and the signature column."""
         expires = int(time.time() * 1000) + self._ttl_ms
+        relative = relative_column(keys, self._root_prefix)
+        if relative is None:
+            raise UnsupportedOperation(ABSOLUTE_PATHS)
         inner_state, outer_state = self._mac.states()
         # Every message starts with the expiry and the holder: hashed into the inner state once.
         expiry_state = inner_state()
         expiry_state.update(f"{expires}\x00".encode() + self._holder_signed)
         with_expiry = expiry_state.copy
-        root, url_prefix = self._root_prefix, self._url_prefix
-        cut = len(root)
-        urls: list[str] = []
-        append = urls.append
-        # A batch of plain keys (nearly always) needs no per-key check for quoting.
-        safe = None if all_plain(keys) else _URL_SAFE_PATH.match
-        query = f"?exp={expires}&{self._holder_query}&sp=r{self._marker}&sig="
-        for storage_key in keys:
-            if not storage_key.startswith(root):
-                raise UnsupportedOperation(ABSOLUTE_PATHS)
-            relative = storage_key[cut:]
+        digests: list[bytes] = []
+        append = digests.append
+        # One HMAC (two copied states) per URL, nothing else per key: the URLs themselves
+        # are joined column-wise.
+        for message in relative.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist():
             inner = with_expiry()
-            inner.update(relative.encode())
+            inner.update(message)
             outer = outer_state()
             outer.update(inner.digest())
-            path = relative if safe is None or safe(relative) else quote(relative, safe="/=")
-            append(url_prefix + path + query + outer.hexdigest())
-        return SignedUrls(urls=urls, expiration_ms=expires)
+            append(outer.digest())
+        signatures = hex_array(b"".join(digests), _DIGEST_SIZE)
+        # A batch of plain keys (nearly always) needs no per-key check for quoting.
+        path = relative
+        if not plain_column(relative):
+            path = pa.array(
+                [
+                    p if _URL_SAFE_PATH.match(p) else quote(p, safe="/=")
+                    for p in relative.to_pylist()
+                ],
+                pa.string(),
+            )
+        query = f"?exp={expires}&{self._holder_query}&sp=r{self._marker}&sig="
+        pieces = (self._url_prefix, path, query, signatures)
+        return SignedColumn(pieces, expires, json_safe(self._url_prefix + query))

@@ -21,16 +21,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, urlsplit
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from botocore.credentials import Credentials
 
 from deltalog.storage.s3 import S3Storage, split_key
 from sharing.errors import SharingError, UnsupportedOperation
-from sharing.presign.base import ABSOLUTE_PATHS, SignedUrls
+from sharing.hexdigests import hex_array
+from sharing.presign.base import ABSOLUTE_PATHS, SignedColumn, SignedUrls, json_safe
 from sharing.presign.prepared_hmac import PreparedHmac
-from sharing.presign.url_paths import PathEncoder, all_plain
+from sharing.presign.url_paths import PathEncoder, plain_column, relative_column
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_EXPIRES = 7 * 24 * 3600  # SigV4 query auth refuses anything longer
+_DIGEST_SIZE = 32  # SHA-256
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\Z")
 
 
@@ -134,6 +138,12 @@ class S3Signer:
 
     def sign(self, keys: Sequence[str], now: float | None = None) -> SignedUrls:
         """One URL per key (keys are `bucket/key` storage keys under the table root)."""
+        signed = self.sign_column(pa.array(keys, pa.string()), now)
+        return SignedUrls(urls=signed.urls(), expiration_ms=signed.expiration_ms)
+
+    def sign_column(self, keys: pa.Array, now: float | None = None) -> SignedColumn:
+        """The URLs of a column of storage keys, as pieces: the endpoint, the encoded key,
+        the query and the signature column."""
         if now is None:
             now = time.time()
         frozen = self._credentials.get_frozen_credentials()  # refreshes when due
@@ -161,28 +171,36 @@ class S3Signer:
         request_head = f"GET\n{endpoint.path_prefix}"
         request_tail = f"\n{canonical_query}\nhost:{endpoint.host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign_head = f"{ALGORITHM}\n{amz_date}\n{scope}\n"
-        base = endpoint.base
         # The string to sign starts with the same head for every URL: hashed in once.
         head_state = inner_state()
         head_state.update(to_sign_head.encode())
         with_head = head_state.copy
 
-        root, cut = self._root_prefix, len(self._bucket_prefix)
-        sha256 = hashlib.sha256
+        relative = relative_column(keys, self._root_prefix)
+        if relative is None:
+            raise UnsupportedOperation(ABSOLUTE_PATHS)
+        names = pc.utf8_slice_codeunits(keys, len(self._bucket_prefix))
         # Keys of unreserved characters, '/' and '=' (nearly all Delta paths) are encoded by
         # escaping '='; any other batch goes through the general encoder key by key.
-        encode = None if all_plain(keys) else self._encode_path
-        urls: list[str] = []
-        append = urls.append
-        # One SHA-256 and one HMAC (two copied states) per URL, nothing else per key.
-        for key in keys:
-            if not key.startswith(root):
-                raise UnsupportedOperation(ABSOLUTE_PATHS)
-            path = key[cut:].replace("=", "%3D") if encode is None else encode(key[cut:])
-            digest = sha256(f"{request_head}{path}{request_tail}".encode()).hexdigest()
+        if plain_column(names):
+            path = pc.replace_substring(names, "=", "%3D")
+        else:
+            encode = self._encode_path
+            path = pa.array([encode(name) for name in names.to_pylist()], pa.string())
+        requests = pc.binary_join_element_wise(request_head, path, request_tail, "")
+        sha256 = hashlib.sha256
+        digests: list[bytes] = []
+        append = digests.append
+        # One SHA-256 and one HMAC (two copied states) per URL, nothing else per key: the
+        # canonical requests and the URLs are joined column-wise.
+        for request in requests.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist():
             inner = with_head()
-            inner.update(digest.encode())
+            inner.update(sha256(request).hexdigest().encode())
             outer = outer_state()
             outer.update(inner.digest())
-            append(f"{base}{path}{url_query}{outer.hexdigest()}")
-        return SignedUrls(urls=urls, expiration_ms=(seconds + expires) * 1000)
+            append(outer.digest())
+        signatures = hex_array(b"".join(digests), _DIGEST_SIZE)
+        pieces = (endpoint.base, path, url_query, signatures)
+        return SignedColumn(
+            pieces, (seconds + expires) * 1000, json_safe(endpoint.base + url_query)
+        )

@@ -9,22 +9,14 @@ distinct directory once and the file name only when it holds a reserved characte
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from urllib.parse import quote
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 _UNRESERVED = re.compile(r"[A-Za-z0-9._~/-]*\Z")
-_PLAIN = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
 _MAX_CACHED_DIRECTORIES = 65_536
-
-
-def all_plain(keys: Sequence[str]) -> bool:
-    """Whether every key holds only unreserved characters, '/' and '='.
-
-    Delta data paths almost always do (`date=2024-01-01/part-...parquet`). One regex over
-    the joined batch decides it for all keys at once, so signers can skip the per-key
-    encoding checks: such a key needs no encoding but of '=' (and none at all in URLs
-    that keep '=' literal)."""
-    return _PLAIN.match("".join(keys)) is not None
 
 
 class PathEncoder:
@@ -47,3 +39,41 @@ class PathEncoder:
         if not _UNRESERVED.match(base):
             base = quote(base, safe="/~")
         return f"{encoded_dir}{slash}{base}"
+
+
+# Bytes of a plain key: unreserved characters, '/' and '='. Delta data paths almost always
+# are (`date=2024-01-01/part-...parquet`): such a key needs no encoding but of '=' (and
+# none at all in URLs that keep '=' literal), so signers skip the per-key encoding.
+_PLAIN_BYTES = np.zeros(256, np.bool_)
+_PLAIN_BYTES[
+    np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~/=-", np.uint8)
+] = True
+
+
+def plain_column(keys: pa.Array) -> bool:
+    """Whether every key of a string column is plain: one numpy lookup over its data
+    buffer decides it for the whole batch."""
+    if keys.null_count:
+        return False
+    return bool(_PLAIN_BYTES[string_bytes(keys)].all())
+
+
+def string_bytes(values: pa.Array) -> np.ndarray:
+    """The bytes of a string or binary column's values (of its slice only), not copied."""
+    n = len(values)
+    buffers = values.buffers()
+    if n == 0 or buffers[2] is None:
+        return np.empty(0, np.uint8)
+    offsets = np.frombuffer(buffers[1], np.int32, n + 1, values.offset * 4)
+    first, last = int(offsets[0]), int(offsets[-1])
+    return np.frombuffer(buffers[2], np.uint8, last - first, first)
+
+
+def relative_column(keys: pa.Array, root: str) -> pa.Array | None:
+    """`key[len(root):]` of every key (a string column), or None when one of them does
+    not start with `root`."""
+    if len(keys) == 0:
+        return keys
+    if keys.null_count or not pc.all(pc.starts_with(keys, root)).as_py():
+        return None
+    return pc.utf8_slice_codeunits(keys, len(root))

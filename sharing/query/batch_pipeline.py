@@ -1,11 +1,17 @@
-"""Formatting file-line batches ahead of the response writer when signing is slow.
+"""Formatting file-line batches ahead of the response writer, on a shared thread pool.
 
 A batch of ~10k files costs about 3 s to sign with a GCS RSA key (or as many signBlob
 round trips), and done in the writer's thread the stream stalls for each one. For a signer
 that declares `parallel_batches = k` (see sharing.presign.base), batches N+1..N+k are
 formatted and signed on a shared pool while batch N is written: at most k batches of one
-request are in flight, plus the one being written. Fast signers keep the plain path: each
-batch is formatted in the caller's thread when its turn comes, exactly as before.
+request are in flight, plus the one being written.
+
+Fast signers (HMAC in memory) get `FAST_AHEAD` batches ahead when the body is streamed:
+most of a batch's cost is then Arrow kernels (escaping, joining lines) that release the
+GIL, so formatting the next batches overlaps signing (which holds it), the previous
+batch's socket writes and the client, and one big response uses both cores. A body
+rendered whole (a small response, `ahead=False`) is formatted in the caller's thread, one
+batch at a time, without a thread hand-off.
 
 Output order, bytes and failure points are those of the sequential loop: results are
 yielded in input order, and an error (from a batch or from the input itself) is raised
@@ -27,7 +33,11 @@ import pyarrow as pa
 from sharing.formats import FileContext, FileLines, FormatWriter
 from sharing.presign.base import parallel_batches
 
-__all__ = ["BatchWork", "formatted"]
+__all__ = ["FAST_AHEAD", "BatchWork", "formatted"]
+
+# Batches of a fast signer in flight: the one the writer waits for and two more, so both
+# cores stay busy (one thread signing, others in Arrow kernels) while a batch is written.
+FAST_AHEAD = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +79,10 @@ _Entry = Future[FileLines] | Callable[[], bytes | FileLines]
 
 
 def formatted(
-    items: Iterable[bytes | BatchWork], writer: FormatWriter
+    items: Iterable[bytes | BatchWork], writer: FormatWriter, *, ahead: bool = True
 ) -> Iterator[bytes | FileLines]:
-    """Literal lines as they are, and the FileLines of each batch, in input order."""
+    """Literal lines as they are, and the FileLines of each batch, in input order;
+    `ahead`: fast signers' batches too are formatted ahead on the pool."""
     source = iter(items)
     pending: deque[_Entry] = deque()
     depth = 0  # k of the latest batch's signer; 0: take one item at a time, when needed
@@ -79,7 +90,10 @@ def formatted(
 
     def fill() -> None:
         nonlocal depth, exhausted
-        while not exhausted and len(pending) < max(depth, 1):
+        # Before the first batch, depth is 0: one item, and its batch is yielded as soon as
+        # it is formatted (the first line does not wait for the source to give a second).
+        wanted = max(depth, 1)
+        while not exhausted and len(pending) < wanted:
             try:
                 item = next(source)
             except StopIteration:
@@ -92,7 +106,7 @@ def formatted(
             if isinstance(item, bytes):
                 pending.append(_value(item))
                 continue
-            depth = parallel_batches(item.context.signer)
+            depth = parallel_batches(item.context.signer) or (FAST_AHEAD if ahead else 0)
             args = (item.batch, item.context, item.action)
             if depth:
                 pending.append(_shared_pool().submit(writer.file_lines, *args))
@@ -101,14 +115,14 @@ def formatted(
 
     try:
         while True:
-            if not pending:
-                fill()
+            # Top up the batches ahead here, when the caller asks for the next one, and
+            # never between a formatted batch and its yield: taking the next item may wait
+            # (an early-streamed snapshot still loading), and would hold a ready batch back.
+            fill()
             if not pending:
                 return
             head = pending.popleft()
             result = head.result() if isinstance(head, Future) else head()
-            if depth:
-                fill()  # keep k batches signing while the caller writes this one
             yield result
     finally:
         # A failed or abandoned stream (client gone): drop the work not started yet; running

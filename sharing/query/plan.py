@@ -70,9 +70,10 @@ class QueryPlan:
             self.response_format, include_end_stream_action=self.header_end_stream
         )
 
-    def body(self) -> Iterator[bytes]:
-        """The NDJSON body; file lines are formatted and signed one batch at a time (with a
-        slow signer, the next batches ahead on a pool: see sharing.query.batch_pipeline).
+    def body(self, *, ahead: bool = True) -> Iterator[bytes]:
+        """The NDJSON body; file lines are formatted and signed one batch at a time, the
+        next batches ahead on a pool (see sharing.query.batch_pipeline; `ahead=False`:
+        only a slow signer's).
 
         A failure after the head lines were sent can no longer change the status: a client
         that declared `includeendstreamaction` gets a final end-stream action carrying the
@@ -82,7 +83,7 @@ class QueryPlan:
         yield self.head
         min_expiration: int | None = None
         try:
-            for lines in self._lines():
+            for lines in self._lines(ahead):
                 if isinstance(lines, bytes):
                     yield lines
                     continue
@@ -110,12 +111,12 @@ class QueryPlan:
         """The whole body at once (small plans: one step, no hand-off per line). A failure
         without `includeendstreamaction` is raised before any byte is sent, so it becomes
         an error response instead of a cut connection."""
-        return b"".join(self.body())
+        return b"".join(self.body(ahead=False))
 
-    def _lines(self) -> Iterator[bytes | FileLines]:
+    def _lines(self, ahead: bool) -> Iterator[bytes | FileLines]:
         if self.prepared is not None:
             yield self.prepared.templates.render(self.prepared.signer)
-        yield from formatted(self._work(), self.writer)
+        yield from formatted(self._work(), self.writer, ahead=ahead)
 
     def _work(self) -> Iterator[bytes | BatchWork]:
         """The sections as literal lines and batches of at most `batch_rows` files."""

@@ -353,3 +353,101 @@ def test_cold_responses_on_s3_are_the_finished_snapshots(
 
         bodies = _twice(post, early_plans, FORMATS[fmt], {})
     assert b"X-Amz-Signature" in bodies["appends"]
+
+
+@pytest.mark.usefixtures("frozen_clock")
+def test_a_request_streams_from_a_load_already_under_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query arriving while the table is being loaded by someone else (the start-up
+    table check of `lakeshare serve`, or another request) streams from that load rather
+    than waiting for it: its first rows come while the last checkpoint part's statistics
+    are still unread (the same gated real storage as above)."""
+    from deltalog import SnapshotLoading
+    from sharing.table_check import configured_tables
+
+    root = corpus_table(TABLES["multipart"])
+    last = sorted((root / "_delta_log").glob("*.checkpoint.*.parquet"))[-1]
+    gate = threading.Event()
+    wrapped: list[_GatedStorage] = []
+    real_resolve = sharing.tables.resolve
+
+    def resolve(location: str, options: Any = None) -> tuple[Any, str]:
+        storage, table_root = real_resolve(location, options)
+        wrapped.append(_GatedStorage(storage, str(last), _stats_ranges(last), gate))
+        return wrapped[-1], table_root
+
+    monkeypatch.setattr(sharing.tables, "resolve", resolve)
+    config = _config([{"name": "t", "location": str(root)}], None)
+    service = sharing.tables.TableService(config)
+    shared = next(iter(configured_tables(config)))
+    checker = threading.Thread(target=service.latest, args=(shared,), daemon=True)
+    checker.start()  # as the start-up table check does
+    deadline = time.monotonic() + 20
+    while not service._loadings and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        found = service.resolve_early(shared)
+        assert isinstance(found, SnapshotLoading)
+        batches = found.files(100)
+        first = next(batches)
+        assert first.num_rows > 0
+        assert wrapped[0].released_reads == 0  # the load is still waiting at the gate
+    finally:
+        gate.set()
+    checker.join(timeout=30)
+    paths = first.column("path").to_pylist() + [
+        p for batch in batches for p in batch.column("path").to_pylist()
+    ]
+    assert paths == service.latest(shared).files.column("path").to_pylist()
+    assert wrapped[0].released_reads > 0
+
+
+@pytest.mark.usefixtures("frozen_clock")
+def test_a_worker_streams_while_another_builds_the_store_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers (two table services over one snapshot store directory, as `lakeshare
+    serve --workers 2` runs them): while the first builds the table's store file (held at
+    the gate above, so its build lock stays taken), a query on the second does not wait
+    for the file: it reads the log's first rows itself and streams them."""
+    from deltalog import SnapshotLoading, SnapshotStore
+    from sharing.table_check import configured_tables
+
+    root = corpus_table(TABLES["multipart"])
+    last = sorted((root / "_delta_log").glob("*.checkpoint.*.parquet"))[-1]
+    gate = threading.Event()
+    wrapped: list[_GatedStorage] = []
+    real_resolve = sharing.tables.resolve
+
+    def resolve(location: str, options: Any = None) -> tuple[Any, str]:
+        storage, table_root = real_resolve(location, options)
+        wrapped.append(_GatedStorage(storage, str(last), _stats_ranges(last), gate))
+        return wrapped[-1], table_root
+
+    monkeypatch.setattr(sharing.tables, "resolve", resolve)
+    config = _config([{"name": "t", "location": str(root)}], tmp_path / "store")
+    first_worker, second_worker = (
+        sharing.tables.TableService(config, snapshot_store=SnapshotStore(tmp_path / "store"))
+        for _ in range(2)
+    )
+    shared = next(iter(configured_tables(config)))
+    builder = threading.Thread(target=first_worker.latest, args=(shared,), daemon=True)
+    builder.start()
+    deadline = time.monotonic() + 20
+    while not first_worker._loadings and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the first worker takes the build lock and blocks at the gate
+    try:
+        found = second_worker.resolve_early(shared)
+        assert isinstance(found, SnapshotLoading)
+        batches = found.files(100)
+        first = next(batches)
+        assert first.num_rows > 0
+        assert all(w.released_reads == 0 for w in wrapped)  # the file is not built yet
+    finally:
+        gate.set()
+    builder.join(timeout=30)
+    paths = first.column("path").to_pylist() + [
+        p for batch in batches for p in batch.column("path").to_pylist()
+    ]
+    assert paths == first_worker.latest(shared).files.column("path").to_pylist()
+    assert paths == second_worker.latest(shared).files.column("path").to_pylist()

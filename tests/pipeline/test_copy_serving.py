@@ -71,6 +71,8 @@ def server(delta_spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         spec = CopySpec(name, entry["location"], copy_location(str(views), name))
         for version in HELD[entry["name"] if entry["name"] != "sliced" else "dv_mapping"]:
             refresh_copy(delta_spark, spec, source_version=version)
+    # a table whose copy the refresher has not made yet
+    entries.append({"name": "uncopied", "location": sources["dv_mapping"], "compatibleCopy": True})
     config = make_config(
         {
             "shares": [{"name": "s", "schemas": [{"name": "d", "tables": entries}]}],
@@ -278,3 +280,16 @@ def test_parquet_among_other_formats_reads_the_copy_only_when_the_original_is_re
     response = httpx.post(base + "/query", json={}, headers=able)
     assert response.headers["delta-sharing-capabilities"] == "responseformat=delta"
     assert response.headers["delta-table-version"] == "15"
+
+
+def test_a_copy_not_made_yet_is_a_404_with_retry_after(server: RunningServer) -> None:
+    with pytest.raises(requests.HTTPError) as raised:
+        _parquet_rows(server, "uncopied")
+    response = raised.value.response
+    assert response.status_code == 404
+    assert response.headers["retry-after"] == "300"
+    assert "compatible copy, which has not been materialized yet" in response.json()["message"]
+    # the original still answers delta-format clients
+    url = server.table_url("s", "d", "uncopied")
+    rows = sorted_rows(delta_sharing.load_as_pandas(url, use_delta_format=True))
+    assert rows == delta_rs_rows(_tables()["dv_mapping"])

@@ -226,3 +226,133 @@ def test_watch_refreshes_survives_failures_reloads_and_stops_on_sigterm(tmp_path
     assert samples.value("lakeshare_view_lag_versions", **labels, table="orders") == 0
     assert samples.value("lakeshare_view_refresh_failing", **labels, table="broken") == 1
     assert samples.value("lakeshare_view_refresh_errors_total", **labels, table="broken") >= 2
+
+
+def test_watch_picks_up_the_tuple_of_a_recipient_granted_while_it_runs(tmp_path: Path) -> None:
+    """A view materialized per property tuple: alice's tuple at start; bob, created in the
+    store with other properties while the refresher watches (`lakeshare recipients create`
+    and `set-properties`), gets his own materialization at the next round, with exactly
+    his rows; both tuples are recorded."""
+    from tests.pipeline import test_views as views
+
+    orders = tmp_path / "orders"
+    write_deltalake(str(orders), views._orders(0, 20))
+    store_url = f"sqlite:///{tmp_path / 'state.db'}"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "signingSecret": "test-signing-secret-0123456789abcdef",
+                "recipients": [
+                    {
+                        "name": "alice",
+                        "shares": ["sales"],
+                        "properties": views.PROPERTIES["alice"],
+                        "credentials": [{"token": views.TOKENS["alice"]}],
+                    }
+                ],
+                "store": {"url": store_url},
+                "shares": [
+                    {
+                        "name": "sales",
+                        "schemas": [
+                            {
+                                "name": "eu",
+                                "tables": [
+                                    {"name": "orders", "location": str(orders)},
+                                    {
+                                        "name": "masked",
+                                        "view": views.MASKED,
+                                        "refreshIntervalSeconds": 2,
+                                    },
+                                ],
+                            }
+                        ],
+                    }
+                ],
+                "views": {
+                    "spark": {
+                        "master": "local[2]",
+                        "conf": {
+                            "spark.driver.bindAddress": "127.0.0.1",
+                            "spark.sql.shuffle.partitions": "2",
+                        },
+                    }
+                },
+            }
+        )
+    )
+
+    def tuples() -> dict[str, RefreshStatus]:
+        return {s.tuple: s for s in _statuses(store_url).values() if s.kind == "view"}
+
+    output = (tmp_path / "refresher.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "views", "refresh", "--watch", "--config", str(config)],
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    source = DeltaRsTable(str(orders)).to_pandas()
+    try:
+        _wait_for("alice's tuple", lambda: _view_statuses(store_url) == 1, process)
+        for command in (
+            ["create", "bob", "--share", "sales"],
+            ["set-properties", "bob", "country=DE", "tier=silver"],
+        ):
+            done = subprocess.run(
+                [sys.executable, "-m", "app.cli", "recipients", *command, "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+        bob = views._expected_masked(source, "bob")
+        _wait_for("bob's tuple", lambda: bob in _materialized(tmp_path), process)
+        # (a pass may have run between the two commands: a tuple with no properties, whose
+        # record is forgotten once no recipient has it)
+        _wait_for("the records of two tuples", lambda: _view_statuses(store_url) == 2, process)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        output.close()
+    recorded = _all_statuses(store_url)
+    assert {s.name for s in recorded} == {"sales.eu.masked"} and len(recorded) == 2
+    assert all(s.materialized_version is not None and not s.failing for s in recorded)
+    found = _materialized(tmp_path)
+    assert views._expected_masked(source, "alice") in found and bob in found
+
+
+def _materialized(tmp_path: Path) -> list[list[tuple[Any, ...]]]:
+    """The rows of every view materialization under the default views location."""
+    found = []
+    for log in (tmp_path / "lakeshare-views").rglob("_delta_log"):
+        try:
+            frame = DeltaRsTable(str(log.parent)).to_pandas()[["id", "country", "amount"]]
+        except Exception:  # being created
+            continue
+        found.append(
+            sorted(
+                (int(i), c, None if pd.isna(a) else float(a))
+                for i, c, a in frame.itertuples(index=False, name=None)
+            )
+        )
+    return found
+
+
+def _all_statuses(url: str) -> list[RefreshStatus]:
+    store = open_store(url)
+    try:
+        return read_statuses(store)
+    finally:
+        store.close()
+
+
+def _view_statuses(url: str) -> int:
+    """How many view tuples have a successful pass recorded."""
+    return sum(1 for s in _all_statuses(url) if s.kind == "view" and s.checked_ms is not None)

@@ -340,3 +340,19 @@ def test_which_table_serves_a_request(tmp_path: Path, source: Path) -> None:
     assert planner.served(dv, features) is dv
     without = _shared(source, compatible_copy=False)
     assert planner.served_at_once(without, parse(None)) is without
+
+
+def test_a_table_leaving_the_catalog_takes_its_copys_readers_along(
+    tmp_path: Path, source: Path
+) -> None:
+    views = tmp_path / "views"
+    for version in (1, 3):
+        _materialize(views, source, version)
+    service = _service(views)
+    shared = _shared(source)
+    service.resolve(service.copy_of(shared), version=1, timestamp=None)  # copy and its map
+    service.resolve(shared, version=None, timestamp=None)
+    assert service.forget([shared], [shared]) == 0  # still served
+    assert service.forget([shared], []) == 2  # the original's location and the copy's
+    assert service.forget([shared], []) == 0
+    assert service.resolve(service.copy_of(shared), version=1, timestamp=None).version == 1

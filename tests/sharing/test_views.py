@@ -153,3 +153,17 @@ def test_tuples_take_the_view_keys_in_order() -> None:
     values = view_tuple(query, (("tier", "gold"), ("zone", "z")))
     assert values.as_dict == {"country": None, "tier": "gold"}
     assert values.id("sales.eu.v") != view_tuple(query, (("tier", "silver"),)).id("sales.eu.v")
+
+
+def test_table_checks_describe_a_view_without_reading_storage() -> None:
+    """`lakeshare check` and the admin API's check of one table (which failed with a 500
+    before: a view was left out of the reports)."""
+    from sharing.table_check import check_tables, configured_tables
+    from sharing.tables import TableService
+
+    view = {"name": "v", "view": "SELECT id FROM sales.eu.orders"}
+    config = _config(ORDERS, view)
+    tables = [t for t in configured_tables(config) if t.name == "v"]
+    [report] = check_tables(TableService(config), tables, timeout_seconds=5)
+    assert report.table == "sales.eu.v" and report.status.value == "ok"
+    assert "a shared view" in report.notes[0]

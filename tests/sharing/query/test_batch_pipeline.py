@@ -27,6 +27,7 @@ from sharing.formats import FileContext
 from sharing.formats.writers import writer_for
 from sharing.presign.base import SignedUrls, parallel_batches
 from sharing.presign.gcs import GcsSigner, HmacKey, RsaKey
+from sharing.query.batch_pipeline import FAST_AHEAD
 from sharing.query.plan import FileSection, QueryPlan
 
 NOW = 1_795_364_124.0
@@ -133,7 +134,9 @@ def _signed_while_writing(signer: SlowSigner, writes: list[tuple[float, float]])
 def test_same_bytes_in_the_same_order(rsa_key, storage) -> None:
     files = _files(37)  # 10 batches over two sections, the last ones short
     kwargs = {"end_stream": True, "header_end_stream": True}
-    plain = b"".join(_plan(SlowSigner(rsa_key, ahead=0, delay=0), storage, files, **kwargs).body())
+    plain = b"".join(
+        _plan(SlowSigner(rsa_key, ahead=0, delay=0), storage, files, **kwargs).body(ahead=False)
+    )
     slow = SlowSigner(rsa_key, ahead=3, delay=0.02)
     pipelined = b"".join(_plan(slow, storage, files, **kwargs).body())
     assert pipelined == plain
@@ -146,11 +149,16 @@ def test_same_bytes_in_the_same_order(rsa_key, storage) -> None:
     assert threading.current_thread().name not in slow.threads
 
 
-def test_fast_signers_stay_inline(storage) -> None:
-    signer = SlowSigner(HmacKey("GOOG1ID", "secret"), ahead=0, delay=0)
+def test_fast_signers_format_ahead_when_streamed_and_inline_when_rendered(storage) -> None:
     assert parallel_batches(GcsSigner(HmacKey("i", "s"), table_root="lake/t", ttl_seconds=1)) == 0
-    b"".join(_plan(signer, storage, _files(20)).body())
-    assert signer.threads == {threading.current_thread().name} and signer.max_active == 1
+    files = _files(20)
+    rendered = SlowSigner(HmacKey("GOOG1ID", "secret"), ahead=0, delay=0)
+    whole = _plan(rendered, storage, files).render()
+    assert rendered.threads == {threading.current_thread().name} and rendered.max_active == 1
+    streamed = SlowSigner(HmacKey("GOOG1ID", "secret"), ahead=0, delay=0.01)
+    assert b"".join(_plan(streamed, storage, files).body()) == whole
+    assert threading.current_thread().name not in streamed.threads
+    assert 1 < streamed.max_active <= FAST_AHEAD
 
 
 def test_signing_ahead_overlaps_the_writer(rsa_key, storage) -> None:
@@ -158,7 +166,9 @@ def test_signing_ahead_overlaps_the_writer(rsa_key, storage) -> None:
     # so the overlap is there whatever the load, and a total-time ratio is not.
     files, delay, write_delay = _files(40), 0.02, 0.01  # 10 batches
     sequential = SlowSigner(rsa_key, ahead=0, delay=delay)
-    seq_chunks, seq_writes = _drain(_plan(sequential, storage, files).body(), write_delay)
+    seq_chunks, seq_writes = _drain(
+        _plan(sequential, storage, files).body(ahead=False), write_delay
+    )
     pipelined = SlowSigner(rsa_key, ahead=3, delay=delay)
     chunks, writes = _drain(_plan(pipelined, storage, files).body(), write_delay)
     assert chunks == seq_chunks
@@ -190,7 +200,9 @@ def test_a_signer_failure_ends_the_stream_as_before(rsa_key, storage, opted_in) 
     kwargs = {"end_stream": True, "header_end_stream": opted_in}
     sequential = SlowSigner(rsa_key, ahead=0, delay=0)
     pipelined = SlowSigner(rsa_key, ahead=3, delay=0.01)
-    expected, expected_error = _collect(_plan(sequential, storage, files, **kwargs).body())
+    expected, expected_error = _collect(
+        _plan(sequential, storage, files, **kwargs).body(ahead=False)
+    )
     got, error = _collect(_plan(pipelined, storage, files, **kwargs).body())
     assert got == expected and error == expected_error
     if opted_in:
@@ -227,7 +239,9 @@ def test_a_failure_reading_the_sections_comes_after_the_batches_before_it(rsa_ke
             1, "parquet", b"HEAD\n", sections(), writer_for("parquet"), batch_rows=BATCH_ROWS
         )
 
-    expected, expected_error = _collect(plan(SlowSigner(rsa_key, ahead=0, delay=0)).body())
+    expected, expected_error = _collect(
+        plan(SlowSigner(rsa_key, ahead=0, delay=0)).body(ahead=False)
+    )
     got, error = _collect(plan(SlowSigner(rsa_key, ahead=3, delay=0.02)).body())
     assert got == expected and error is expected_error is RuntimeError
     assert b"".join(got).count(b'"file"') == 12
