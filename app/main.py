@@ -160,6 +160,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(credentials.router, prefix=prefix, dependencies=authenticated)
     app.include_router(queries.router, prefix=prefix, dependencies=authenticated)
     # The S3 endpoint of local tables carries its own too (SigV4 with vended keys: sharing.s3).
+    app.add_protocol_routes(signed_routes(prefix, s3.ROUTES))
     app.include_router(s3.router, prefix=prefix, dependencies=[Depends(redact_path_in_logs)])
     # The OAuth token endpoint authenticates its clients itself (RFC 6749).
     oauth_token.install(app, open_oauth(config, app.state.recipients.directory), prefix)

@@ -11,23 +11,26 @@ claimed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from app.audit import attribute_to, refused
 from app.logs import request_id_var
+from app.routing import RouteSpec
 from sharing.errors import ResourceNotFound, SharingError
 from sharing.presign.local_verify import LocalFile, OpenedFile, RangeNotSatisfiable
 from sharing.recipients.refusals import Reason, Refusal
-from sharing.s3.access import Grant, KeyChecker
+from sharing.s3.access import Grant, KeyChecker, ListedObject
 from sharing.s3.errors import S3Error, error_xml
 from sharing.s3.listing import ListRequest, http_date, list_objects
 from sharing.s3.objects import TableObjects
 
-__all__ = ["router"]
+__all__ = ["ROUTES", "router"]
 
 router = APIRouter()
 
@@ -86,21 +89,45 @@ def _as_signed(request: Request, path: str) -> str:
     return path
 
 
-async def _granted(request: Request, bucket: str) -> Grant:
-    grant = await run_in_threadpool(_authorise, request, bucket)
+def _attribute(request: Request, grant: Grant) -> None:
     claims = grant.claims
     attribute_to(request, claims.recipient, claims.credential_id)
     # The audit record (app.audit) names the table and counts bytes as for /files.
     params = request.scope.setdefault("path_params", {})
     params.update(share=claims.share, schema=claims.schema, table=claims.table)
-    return grant
 
 
-@router.api_route("/s3/{bucket}", methods=["GET", "HEAD"])
-async def bucket_request(request: Request, bucket: str) -> Response:
-    """ListObjectsV2 (GET), or whether the bucket can be read (HEAD)."""
+@dataclass(slots=True)
+class _Outcome:
+    """What a request's trip to the thread pool found: the grant once the key held, then
+    either the object opened or the error to answer."""
+
+    grant: Grant | None = None
+    error: S3Error | None = None
+    found: ListedObject | None = None
+    opened: OpenedFile | None = None
+
+
+def _read_object(request: Request, bucket: str, path: str, head: bool) -> _Outcome:
+    """Verified, resolved and opened in one trip to the thread pool (blocking: may read the
+    recipient store and the log); a trip costs about as much CPU as a small read's rest."""
+    outcome = _Outcome()
     try:
-        grant = await _granted(request, bucket)
+        outcome.grant = _authorise(request, bucket)
+        found = _objects(request).find(outcome.grant, path)
+        outcome.opened = _open(LocalFile(found.key, found.size), request.headers.get("range"), head)
+        outcome.found = found
+    except S3Error as exc:
+        outcome.error = exc
+    return outcome
+
+
+async def bucket_request(request: Request) -> Response:
+    """ListObjectsV2 (GET), or whether the bucket can be read (HEAD)."""
+    bucket: str = request.path_params["bucket"]
+    try:
+        grant = await run_in_threadpool(_authorise, request, bucket)
+        _attribute(request, grant)
         if request.method == "HEAD":
             return Response(status_code=200, headers={"x-amz-bucket-region": "us-east-1"})
         listing = ListRequest.parse(request.query_params)
@@ -111,19 +138,20 @@ async def bucket_request(request: Request, bucket: str) -> Response:
     return Response(body, media_type=_XML)
 
 
-@router.api_route("/s3/{bucket}/{path:path}", methods=["GET", "HEAD"])
-async def object_request(request: Request, bucket: str, path: str) -> Response:
+async def object_request(request: Request) -> Response:
     """GetObject and HeadObject, with a single byte range."""
+    bucket: str = request.path_params["bucket"]
+    path: str = request.path_params["path"]
     if not path:  # `/bucket/?list-type=2`: the bucket itself
-        return await bucket_request(request, bucket)
+        return await bucket_request(request)
     head = request.method == "HEAD"
-    try:
-        grant = await _granted(request, bucket)
-        found = await run_in_threadpool(_objects(request).find, grant, path)
-        local = LocalFile(found.key, found.size)
-        opened = await run_in_threadpool(_open, local, request.headers.get("range"), head)
-    except S3Error as exc:
-        return _error(request, exc, f"/{bucket}/{path}")
+    outcome = await run_in_threadpool(_read_object, request, bucket, path, head)
+    if outcome.grant is not None:
+        _attribute(request, outcome.grant)
+    if outcome.error is not None:
+        return _error(request, outcome.error, f"/{bucket}/{path}")
+    found, opened = outcome.found, outcome.opened
+    assert found is not None and opened is not None  # no error: both were set
     reply = opened.reply
     headers = {
         **reply.headers,
@@ -133,6 +161,8 @@ async def object_request(request: Request, bucket: str, path: str) -> Response:
     if head:
         opened.close()
         return Response(status_code=reply.status, headers=headers, media_type=_OCTETS)
+    if opened.body is not None:  # up to CHUNK_BYTES: one send, not a streamed response
+        return Response(opened.body, status_code=reply.status, headers=headers, media_type=_OCTETS)
     return StreamingResponse(
         opened.chunks(), status_code=reply.status, headers=headers, media_type=_OCTETS
     )
@@ -151,6 +181,15 @@ def _open(found: LocalFile, range_header: str | None, head: bool) -> OpenedFile:
         raise S3Error(500, "InternalError", exc.message) from None
 
 
+# Reads are plain Starlette routes (app.routing.signed_routes): no FastAPI dependency
+# solving on the endpoint's busiest path. Bucket before object: `/s3/{bucket}` alone.
+ROUTES = (
+    RouteSpec("/s3/{bucket}", bucket_request, ("GET", "HEAD")),
+    RouteSpec("/s3/{bucket}/{path:path}", object_request, ("GET", "HEAD")),
+)
+
+
+# Writes stay on FastAPI's router: every one is refused.
 @router.api_route("/s3/{bucket}", methods=_WRITES)
 @router.api_route("/s3/{bucket}/{path:path}", methods=_WRITES)
 async def write_request(request: Request) -> Response:

@@ -8,6 +8,8 @@ with S3's own error codes."""
 from __future__ import annotations
 
 import json
+import random
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from botocore.exceptions import ClientError
 
 from app.cli import main as cli
 from sharing.config import load_config
+from sharing.presign.local_verify import CHUNK_BYTES
 from sharing.s3 import keys
 from tests.support.corpus import CORPUS
 from tests.support.recipients import create_recipient, recipients_cli
@@ -483,3 +486,77 @@ def test_listings_give_location_and_access_modes_where_directory_access_is_open(
     assert names == sorted([*with_directory, "nohistory", "slice"])
     schema = delta_sharing.Schema(name="d", share="sales")
     assert sorted(t.name for t in client.list_tables(schema)) == names
+
+
+def test_ranges_and_head_headers_of_small_and_streamed_objects(tmp_path: Path) -> None:
+    """A body up to 1 MiB goes out as one response, a larger one streamed
+    (sharing.presign.local_verify.CHUNK_BYTES): both answer ranges, HEAD and errors alike."""
+    table = tmp_path / "table"
+    shutil.copytree(BASIC, table)
+    rng = random.Random(24)
+    small = rng.randbytes(300_000)
+    big = rng.randbytes(CHUNK_BYTES * 2 + 12_345)
+    (table / "small.bin").write_bytes(small)
+    (table / "big.bin").write_bytes(big)
+    config = write_test_config(
+        tmp_path / "server.yaml",
+        [sales_share([history_table("copy", table)])],
+        tmp_path / "store.db",
+    )
+    with run_server(load_config(config), tmp_path / "srv") as server:
+        creds = _credentials(server, "copy")
+        bucket = _bucket(creds["location"])
+        s3 = _client(creds["awsTempCredentials"])
+        for key, whole in (("small.bin", small), ("big.bin", big)):
+            size = len(whole)
+            got = s3.get_object(Bucket=bucket, Key=key)
+            headers = got["ResponseMetadata"]["HTTPHeaders"]
+            assert got["ResponseMetadata"]["HTTPStatusCode"] == 200
+            assert got["Body"].read() == whole
+            assert headers["content-length"] == str(size)
+            assert headers["accept-ranges"] == "bytes"
+            assert "content-range" not in headers
+            for asked, start, end in (
+                ("bytes=4-99", 4, 99),
+                ("bytes=-8", size - 8, size - 1),
+                ("bytes=1000-", 1000, size - 1),
+                (f"bytes={CHUNK_BYTES - 5}-{CHUNK_BYTES + 5}", CHUNK_BYTES - 5, CHUNK_BYTES + 5),
+                (f"bytes={size - 3}-{size + 100}", size - 3, size - 1),  # cut to the size
+            ):
+                if start >= size:
+                    continue
+                part = s3.get_object(Bucket=bucket, Key=key, Range=asked)
+                assert part["ResponseMetadata"]["HTTPStatusCode"] == 206, asked
+                assert part["Body"].read() == whole[start : end + 1], asked
+                assert part["ContentRange"] == f"bytes {start}-{end}/{size}", asked
+                assert part["ContentLength"] == end - start + 1, asked
+            with pytest.raises(ClientError) as error:
+                s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={size}-")
+            assert _code(error) == "InvalidRange"
+            assert error.value.response["ResponseMetadata"]["HTTPStatusCode"] == 416
+            headed = s3.head_object(Bucket=bucket, Key=key)
+            head_headers = headed["ResponseMetadata"]["HTTPHeaders"]
+            assert headed["ResponseMetadata"]["HTTPStatusCode"] == 200
+            assert headed["ContentLength"] == size
+            assert head_headers["accept-ranges"] == "bytes"
+            assert head_headers["content-type"] == "application/octet-stream"
+            assert headed["ETag"] == got["ETag"] and headed["ETag"].startswith('"')
+            assert head_headers["last-modified"] == headers["last-modified"]
+            ranged = s3.head_object(Bucket=bucket, Key=key, Range="bytes=0-9")
+            assert ranged["ResponseMetadata"]["HTTPStatusCode"] == 206
+            assert ranged["ContentLength"] == 10
+            assert ranged["ContentRange"] == f"bytes 0-9/{size}"
+        # HEAD sends no body: a raw client reads headers only, the connection stays usable.
+        url = f"{creds['awsTempCredentials']['endpoint']}/{bucket}/small.bin"
+        signed = s3.generate_presigned_url(
+            "head_object", Params={"Bucket": bucket, "Key": "small.bin"}
+        )
+        assert signed.startswith(url)
+        with httpx.Client() as raw:
+            first = raw.head(signed)
+            assert first.status_code == 200 and first.content == b""
+            assert first.headers["content-length"] == str(len(small))
+            assert raw.head(signed).status_code == 200
+        with pytest.raises(ClientError) as error:  # a missing key: NoSuchKey, not a 500
+            s3.get_object(Bucket=bucket, Key="missing.bin")
+        assert _code(error) == "NoSuchKey"
