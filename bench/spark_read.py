@@ -7,11 +7,18 @@ Generates a table of `--files` parquet files (`--rows` rows each: a long, a doub
 string, a date) with a Delta log naming them, serves it with the real server
 (`lakeshare serve`, its own process, files served through its signed URLs), and times a
 full read in local Spark (`local[2]`) both ways: every row materialised through the
-`noop` sink, so neither reader can answer from parquet footers. Reports the best of
-`--runs` (the readers taking turns) after a warm-up, the ratio (goal: the source at most
-1.5× the direct read) and rows per second. A third line isolates PySpark's Python Data
-Source API: a minimal source reading the same local files with pyarrow (no HTTP, no Delta
-Sharing), the floor any Python source pays for handing Arrow batches to the JVM.
+`noop` sink, so neither reader can answer from parquet footers. A third reader isolates
+PySpark's Python Data Source API: a minimal source reading the same local files with
+pyarrow (no HTTP, no Delta Sharing), the floor any Python source pays for handing Arrow
+batches to the JVM.
+
+After a warm-up of each (Python workers, file system cache, the server's snapshot), the
+readers take turns `--runs` times; it prints the median and best wall time, the median
+CPU seconds of Spark (the driver's JVM and its Python workers) and of the server (which
+serves the files through its signed URLs on the same cores: with a cloud table the
+object store would), the ratios to `spark.read.parquet` and the floor ratio
+(deltasharing / python floor, goal at most 1.3x), each the median of the runs' ratios, and
+the load average before and after.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any
 from deltalog import DeltaTable, Snapshot
 from deltalog.file_reads import file_refs
 from deltalog.storage import resolve
-from pipeline.copies import key_of_output, output_key
+from pipeline.copies import CopySpec, key_of_output, output_key, sweep
 from pipeline.schema import spark_schema
 from sharing.config import ServerConfig, ShareConfig
 from sharing.recipients.model import Recipient
@@ -429,7 +429,11 @@ class ViewTarget:
         return {str(source.ref): source.snapshot().version for source in self.spec.sources}
 
     def sweep(self) -> None:
-        """Nothing to sweep: a failed write deletes its run's files (pipeline.writer)."""
+        """Delete data files of the materialization no version refers to and older than an
+        hour (a refresher killed between writing and committing; a failed write deletes
+        its run's files itself), as copies are swept."""
+        location = self.spec.location(self.values)
+        sweep(CopySpec(name=self.name, source="", location=location))
 
 
 def view_targets(config: ServerConfig, store: Store | None) -> list[ViewTarget]:

@@ -7,6 +7,7 @@ materialized gets a 404 naming the view with Retry-After; views have no history.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -245,6 +246,15 @@ def test_time_travel_on_the_materialization_and_no_history(
     assert outcome.materialized_version == 1
     assert outcome.materialized_sources == target.latest_source_versions()
     assert outcome.materialized_sources == {"sales.eu.orders": 1}
+    # The sweep deletes an orphan (a file no version names, an hour old) and nothing else.
+    location = Path(target.spec.location(target.values))
+    kept = sorted(p.name for p in location.glob("*.parquet"))
+    orphan = location / "0123-deadbeef-orphan.parquet"
+    orphan.write_bytes(b"not committed")
+    os.utime(orphan, (time.time() - 7200, time.time() - 7200))
+    target.sweep()
+    assert not orphan.exists()
+    assert sorted(p.name for p in location.glob("*.parquet")) == kept
 
 
 def _ndjson(response: requests.Response) -> list[dict[str, Any]]:
