@@ -39,6 +39,7 @@ from sharing.formats.jsoncols import (
     json_number,
     json_string,
     json_string_map,
+    json_string_map_pieces,
     json_string_pieces,
     string_field,
 )
@@ -110,7 +111,7 @@ def _add_fields(batch: pa.RecordBatch) -> list[Piece]:
     Delta readers require them)."""
     return [
         ',"partitionValues":',
-        json_string_map(batch.column("partitionValues")),
+        *json_string_map_pieces(batch.column("partitionValues")),
         field("size", json_number(pc.fill_null(batch.column("size"), 0))),
         field("modificationTime", json_number(pc.fill_null(batch["modificationTime"], 0))),
         field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
@@ -127,7 +128,7 @@ def _remove_fields(batch: pa.RecordBatch) -> list[Piece]:
         field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
         field("extendedFileMetadata", json_bool(batch.column("extendedFileMetadata"))),
         ',"partitionValues":',
-        json_string_map(batch.column("partitionValues")),
+        *json_string_map_pieces(batch.column("partitionValues")),
         field("size", json_number(batch.column("size"))),
         *string_field("stats", stats_text(batch.column("stats"))),
         _tags(batch),
@@ -139,7 +140,7 @@ def _cdc_fields(batch: pa.RecordBatch) -> list[Piece]:
     dataChange (always false for change data files)."""
     return [
         ',"partitionValues":',
-        json_string_map(batch.column("partitionValues")),
+        *json_string_map_pieces(batch.column("partitionValues")),
         field("size", json_number(pc.fill_null(batch.column("size"), 0))),
         field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), False))),
         _tags(batch),

@@ -93,6 +93,39 @@ def json_string_map(values: pa.MapArray) -> pa.Array:
     return pc.if_else(values.is_null(), "{}", joined)
 
 
+def json_string_map_pieces(values: pa.MapArray) -> list[Piece]:
+    """`json_string_map` as pieces for a line's `concat`. Partition values have the same
+    keys in the same order on every row (one per partition column), and then the object is
+    literal keys around one value column each, spliced in without building the objects
+    (a list array, a join and two copies of every row); other maps take `json_string_map`."""
+    n = len(values)
+    if n == 0 or values.null_count:
+        return [json_string_map(values)]
+    offsets = values.offsets.to_numpy(zero_copy_only=False)
+    width = int(offsets[1] - offsets[0])
+    if width == 0 or not (offsets[1:] - offsets[:-1] == width).all():
+        return [json_string_map(values)]
+    start = int(offsets[0])
+    keys = values.keys.slice(start, n * width)
+    items = values.items.slice(start, n * width)
+    names = keys.slice(0, width).to_pylist()
+    columns = []
+    for j, name in enumerate(names):
+        at = pa.array(range(j, n * width, width), pa.int64())
+        if name is None or not pc.all(pc.equal(keys.take(at), name)).as_py():
+            return [json_string_map(values)]
+        columns.append(items.take(at))
+    pieces: list[Piece] = []
+    for j, (name, column) in enumerate(zip(names, columns, strict=True)):
+        pieces.append(("{" if j == 0 else ",") + orjson.dumps(name).decode() + ":")
+        if column.null_count:
+            pieces.append(pc.fill_null(json_string(column), "null"))
+        else:
+            pieces += ['"', *json_string_pieces([column]), '"']
+    pieces.append("}")
+    return pieces
+
+
 def field(name: str, fragment: pa.Array, *, leading_comma: bool = True) -> pa.Array:
     """`,"name":<fragment>` per row, null where the fragment is null (field omitted)."""
     prefix = f',"{name}":' if leading_comma else f'"{name}":'

@@ -29,7 +29,7 @@ from sharing.formats.jsoncols import (
     concat,
     joined_bytes,
     json_number,
-    json_string_map,
+    json_string_map_pieces,
     json_string_pieces,
     string_field,
 )
@@ -64,7 +64,7 @@ class ParquetWriter:
             '","id":"',
             batch_file_ids(batch, ctx.id_scheme),
             '","partitionValues":',
-            json_string_map(batch.column("partitionValues")),
+            *json_string_map_pieces(batch.column("partitionValues")),
             ',"size":',
             json_number(pc.fill_null(batch.column("size"), 0)),
         ]

@@ -15,7 +15,13 @@ from deltalog.storage.local import LocalStorage
 from sharing.errors import InvalidParameter
 from sharing.formats import FileContext, TableHead, parse_file_id_hash, storage_keys
 from sharing.formats.delta import DeltaWriter
-from sharing.formats.jsoncols import json_string, json_string_map, lines_to_bytes
+from sharing.formats.jsoncols import (
+    concat,
+    json_string,
+    json_string_map,
+    json_string_map_pieces,
+    lines_to_bytes,
+)
 from sharing.formats.parquet import ParquetWriter
 from sharing.presign.base import SignedUrls
 from sharing.skipping import apply_limit
@@ -325,3 +331,22 @@ def test_limit_hint() -> None:
     )
     assert apply_limit(no_stats, 1).num_rows == 1
     assert apply_limit(no_stats, 2).num_rows == 4  # stats missing: everything from there on
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[("date", "2024-01-01")], [("date", None)], [("date", 'q"x\\y')]],
+        [[("a", "1"), ("b", "x")], [("a", None), ("b", "y\n")]],
+        [[("a", "1"), ("b", "x")], [("b", "1"), ("a", "x")]],  # keys in another order
+        [[("a", "1")], []],
+        [[("a", "1")], None],
+        [[]],
+    ],
+)
+def test_partition_value_pieces_are_the_json_objects(rows: list[Any]) -> None:
+    values = pa.array(rows, pa.map_(pa.string(), pa.string()))
+    for part in (values, values.slice(1)):
+        expected = [orjson.dumps(dict(r or [])).decode() for r in part.to_pylist()]
+        assert json_string_map(part).to_pylist() == expected
+        assert concat(json_string_map_pieces(part)).to_pylist() == expected

@@ -10,7 +10,6 @@ PYSPARK_PYTHON, so they never saw it)."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -19,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from app import demo
-from sharing.config import load_config
-from tests.support import REPO_ROOT
+from tests.support.readme import demo_checkout as serve_demo
+from tests.support.readme import snippet
 from tests.support.requirements import require
-from tests.support.server import run_server
 
 pytestmark = pytest.mark.slow
 
@@ -31,15 +28,6 @@ SECTIONS = {
     "README.md": "### Or from PySpark, with no jars",
     "docs/spark.md": "# PySpark reader",
 }
-
-
-def snippet(document: str) -> str:
-    """The first Python code block after the section's heading, as a reader copies it."""
-    text = (REPO_ROOT / document).read_text(encoding="utf-8")
-    section = text[text.index(SECTIONS[document]) :]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match is not None, f"no Python example under {SECTIONS[document]!r} in {document}"
-    return match.group(1)
 
 
 def first_table(out: str) -> tuple[str, list[str]]:
@@ -53,10 +41,7 @@ def first_table(out: str) -> tuple[str, list[str]]:
 @pytest.fixture(scope="module")
 def demo_checkout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A directory laid out like the repository root while `make run` serves the demo."""
-    built = demo.prepare_demo(tmp_path_factory.mktemp("demo") / "demo")
-    root = tmp_path_factory.mktemp("checkout")
-    config = load_config(built, environ={})
-    with run_server(config, root / ".lakeshare" / "demo"):
+    with serve_demo(tmp_path_factory.mktemp("demo")) as root:
         yield root
 
 
@@ -75,7 +60,7 @@ def test_the_pyspark_example_runs_as_written(
     document: str, demo_checkout: Path, tmp_path: Path
 ) -> None:
     require(shutil.which("java") is not None, "Java 17 (openjdk-17-jre-headless) for PySpark")
-    code = snippet(document)
+    code = snippet(document, SECTIONS[document])
     assert code.startswith("# .venv/bin/python\n")
     bin_dir = python3_without_pyarrow(tmp_path / "bin")
     env = {
