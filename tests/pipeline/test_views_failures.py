@@ -130,6 +130,11 @@ def test_two_refreshers_racing_on_one_tuple_commit_once(
     errors: list[BaseException] = []
 
     def refresher() -> None:
+        # A new thread has no active session in the JVM: Spark's overwrite path looks the
+        # `deltalog` format up in the active one (a refresher process runs in its main thread).
+        delta_spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(
+            delta_spark._jsparkSession
+        )
         try:
             results.append(refresh_view(delta_spark, spec, values))
         except BaseException as error:  # reported below
