@@ -364,13 +364,19 @@ class Warm:
 
 
 def fresh_config(
-    workdir: Path, endpoint: str, table: Path, name: str, snapshot_cache: bool
+    workdir: Path,
+    endpoint: str,
+    table: Path,
+    name: str,
+    snapshot_cache: bool,
+    only: str | None = None,
 ) -> Path:
-    """A configuration whose snapshot store is a new empty folder."""
+    """A configuration whose snapshot store is a new empty folder (sharing only the table
+    `only` when given)."""
     cache = workdir / f"snapshots-{name}"
     shutil.rmtree(cache, ignore_errors=True)
     config = workdir / f"config-{name}.yaml"
-    write_config(config, endpoint, table, snapshot_cache, cache_dir=cache)
+    write_config(config, endpoint, table, snapshot_cache, cache_dir=cache, only=only)
     return config
 
 
@@ -461,7 +467,7 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
     print("|---|---|---|---|---|---|---|")
     for name in TABLES:
         config = fresh_config(
-            workdir, endpoint, table, f"concurrent-{name}", not args.no_snapshot_cache
+            workdir, endpoint, table, f"concurrent-{name}", not args.no_snapshot_cache, name
         )
         base, server = start_server(config, workdir)
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from app.middleware import _FileActionCounter
+from app.middleware import _FileActionCounter, count_newlines
 
 FILE_KINDS = [
     b'{"file":{"id":"a","url":"u"}}',
@@ -36,7 +36,8 @@ def test_writer_chunks() -> None:
             chunks.append([rng.choice(kinds) for _ in range(rng.randint(1, 20))])
         counter = _FileActionCounter()
         for lines in chunks:
-            counter.feed(b"\n".join(lines) + b"\n")
+            chunk = b"\n".join(lines) + b"\n"
+            counter.feed(chunk, count_newlines(chunk))
         assert counter.count == _expected([line for lines in chunks for line in lines])
 
 
@@ -50,5 +51,11 @@ def test_bodies_cut_inside_lines() -> None:
         cuts = sorted(rng.sample(inside, min(len(inside), rng.randint(1, 30))))
         counter = _FileActionCounter()
         for begin, end in zip([0, *cuts], [*cuts, len(body)], strict=True):
-            counter.feed(body[begin:end])
+            counter.feed(body[begin:end], count_newlines(body[begin:end]))
         assert counter.count == _expected(lines)
+
+
+def test_newlines_counted_alike_in_small_and_big_chunks() -> None:
+    line = b'{"file":{"url":"u\\n"}}\n'
+    for repeat in (0, 1, 100, 10_000):  # the last one past the numpy threshold
+        assert count_newlines(line * repeat) == repeat

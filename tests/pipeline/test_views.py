@@ -1,8 +1,9 @@
 """Shared views end to end: materialized per tuple of recipient properties on local Spark
 (pipeline.views), served by a running server, read by the official `delta-sharing` client
-in both response formats. Each recipient gets exactly the rows and masked columns pandas
-computes from the source for its properties; a join view; a recipient whose tuple is not
-materialized gets a 404 naming the view with Retry-After; views have no history."""
+in both response formats and by the recipients' PySpark source (client.spark). Each
+recipient gets exactly the rows and masked columns pandas computes from the source for its
+properties; a join view; a recipient whose tuple is not materialized gets a 404 naming the
+view with Retry-After; views have no history."""
 
 from __future__ import annotations
 
@@ -177,6 +178,9 @@ def _rows(frame: pd.DataFrame, columns: list[str]) -> list[tuple[Any, ...]]:
 def test_two_recipients_read_their_own_materialization_in_both_formats(
     delta_spark: Any, setup: tuple[ServerConfig, Path]
 ) -> None:
+    from client.spark import register
+
+    register(delta_spark)
     config, tmp_path = setup
     results = _refresh_all_but_carol(delta_spark, config)
     assert {r.mode for r in results} == {"full"}
@@ -199,6 +203,17 @@ def test_two_recipients_read_their_own_materialization_in_both_formats(
                 assert _rows(joined, ["id", "customer", "amount"]) == _expected_joined(
                     source, recipient
                 )
+            # The recipients' PySpark source (client.spark) reads the same view names.
+            for name, columns, expected in (
+                ("masked", ["id", "country", "amount"], _expected_masked),
+                ("joined", ["id", "customer", "amount"], _expected_joined),
+            ):
+                frame = (
+                    delta_spark.read.format("deltaSharing")
+                    .load(f"{profile}#sales.eu.{name}")
+                    .toPandas()
+                )
+                assert _rows(frame[columns], columns) == expected(source, recipient), name
             listed = delta_sharing.SharingClient(str(profile)).list_all_tables()
             assert {t.name for t in listed} == {"orders", "customers", "masked", "joined"}
 
