@@ -14,6 +14,7 @@ server does. The STS endpoint is the table's `endpointUrl` when one is set
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,7 +53,7 @@ def session_policy(
     """The inline policy: read objects under `prefix/` (and under each (bucket, prefix) of
     `also`), list only prefixes under them."""
     partition = _partition(region)
-    locations = [(bucket, prefix), *also]
+    locations = [(b, _literal(p)) for b, p in [(bucket, prefix), *also]]
     objects = [
         f"arn:{partition}:s3:::{b}/{p}/*" if p else f"arn:{partition}:s3:::{b}/*"
         for b, p in locations
@@ -74,6 +75,13 @@ def session_policy(
                 }
             )
     return json.dumps({"Version": "2012-10-17", "Statement": statements}, separators=(",", ":"))
+
+
+def _literal(prefix: str) -> str:
+    """A prefix as policy text matching only itself: `*`, `?` and `$` are legal in object
+    names but a wildcard or a policy variable in a Resource or StringLike value (IAM's
+    `${*}`, `${?}`, `${$}` stand for the characters)."""
+    return re.sub(r"[*?$]", lambda m: "${" + m.group(0) + "}", prefix)
 
 
 def _base_session(storage: S3Storage) -> boto3.Session:

@@ -56,6 +56,15 @@ def test_s3_session_policy() -> None:
     assert whole[1]["Condition"] == {"StringLike": {"s3:prefix": ["*"]}}
 
 
+def test_s3_session_policy_names_wildcard_characters_literally() -> None:
+    # Failed before the fix: a table under `data*/t` got `b/data*/t/*`, which IAM matches
+    # as a wildcard (`b/data-other/t/...` too); `${x}` would be a policy variable.
+    policy = json.loads(session_policy("b", "data*/t?/a${x}", "us-east-1"))
+    get, listing = policy["Statement"]
+    assert get["Resource"] == ["arn:aws:s3:::b/data${*}/t${?}/a${$}{x}/*"]
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["data${*}/t${?}/a${$}{x}/*"]}}
+
+
 def test_s3_session_policy_with_the_tables_generated_metadata() -> None:
     """The Iceberg catalog's credential: the table and its metadata folder, nothing else."""
     policy = json.loads(
