@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -274,6 +275,7 @@ def main() -> None:
     finally:
         spark.stop()
         stop(server)  # type: ignore[arg-type]
+        shutil.rmtree(workdir, ignore_errors=True)
     print(f"load average after: {load_average()}")
     print(
         f"\n{'reader':<36} {'median s':>9} {'best s':>7} {'rows/s':>11} "

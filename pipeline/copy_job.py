@@ -32,6 +32,7 @@ from pipeline.copies import (
     output_name,
     partition_values_by_logical_name,
 )
+from pipeline.partition_paths import partition_folders
 from pipeline.session import default_parallelism
 from pipeline.stats import file_stats
 
@@ -149,11 +150,9 @@ class CopyJobReader(DataSourceReader):
             rows = read_file_ref(storage, source_root, self.layout, ref)
             data = rows.drop_columns([c for c in rows.column_names if c in partition_names])
             values = partition_values_by_logical_name(self.layout, ref)
-            folders = [
-                f"{name}={'__HIVE_DEFAULT_PARTITION__' if value is None else value}"
-                for name, value in values.items()
-            ]
-            relative = posixpath.join(*folders, output_name(output_key(ref), self.run))
+            relative = posixpath.join(
+                partition_folders(values.items()), output_name(output_key(ref), self.run)
+            )
             full = posixpath.join(root, relative)
             fs.create_dir(posixpath.dirname(full), recursive=True)
             pq.write_table(data, full, filesystem=fs, compression="snappy")

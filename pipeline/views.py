@@ -159,11 +159,12 @@ def granted_recipients(config: ServerConfig, store: Store | None) -> list[Recipi
     return recipients
 
 
-def materialized(spec: ViewSpec, values: ViewTuple) -> Snapshot | None:
-    """The tuple's materialization, or None when none was committed yet."""
+def materialized(spec: ViewSpec, values: ViewTuple, version: int | None = None) -> Snapshot | None:
+    """The tuple's materialization (latest, or at `version`), or None when none was
+    committed yet."""
     storage, root = resolve(spec.location(values))
     table = DeltaTable(root, storage)
-    return table.snapshot() if table.exists() else None
+    return table.snapshot(version) if table.exists() else None
 
 
 def last_commit_info(spec: ViewSpec, values: ViewTuple) -> tuple[int, dict[str, Any]] | None:
@@ -177,6 +178,22 @@ def last_commit_info(spec: ViewSpec, values: ViewTuple) -> tuple[int, dict[str, 
     return latest, dict(commit.commit_info or {})
 
 
+def committed_by(spec: ViewSpec, values: ViewTuple, run: str, since: int) -> int | None:
+    """The materialization's version that refresh `run` committed (at or after `since`),
+    None when it committed nothing: a refresher that lost a race sees the winner's commit
+    carry the same app transaction, and only the run id tells the two apart."""
+    storage, root = resolve(spec.location(values))
+    table = DeltaTable(root, storage)
+    if not table.exists() or since > (latest := table.latest_version()):
+        return None
+    for commit in table.commits(since, latest):
+        if (commit.commit_info or {}).get(RUN) == run:
+            return commit.version
+    return None
+
+
+RUN = "lakeshare.viewRun"
+"""commitInfo key: the id of the refresh run that made the commit."""
 KEY_COLUMN = "__lakeshare_source_file"
 """The column carrying each row's source-file key through a per-row view's query."""
 LAYOUT = "lakeshare.viewLayout"
@@ -240,6 +257,7 @@ def refresh_view(
             VIEW_TUPLE: json.dumps(values.as_dict, sort_keys=True),
             SOURCE_VERSIONS: json.dumps(versions, sort_keys=True),
             DEFINITION: definition_hash(spec.query),
+            RUN: run,
         }
         plan = None
         if per_row(frame):
@@ -274,9 +292,9 @@ def refresh_view(
         for name in names.values():
             spark.catalog.dropTempView(name)
     before = current.version if current is not None else None
-    after = materialized(spec, values)
-    assert after is not None
-    if (before is not None and after.version == before) or after.txns.get(app_id) != txn_version:
+    ours = committed_by(spec, values, run, 0 if before is None else before + 1)
+    after = None if ours is None else materialized(spec, values, ours)
+    if after is None:
         result.mode = "lost-race"
     else:
         result.version = after.version

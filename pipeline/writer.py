@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from pipeline.options import DeltaOptions
+from pipeline.partition_paths import partition_folders
 from pipeline.schema import arrow_target
 from pipeline.stats import file_stats
 
@@ -41,7 +42,7 @@ from pipeline.stats import file_stats
 class WrittenFile:
     """A data file a task wrote: its add action's fields."""
 
-    path: str  # relative to the table root, percent-encoded as the log holds it
+    path: str  # relative to the table root, as on storage (delta-rs encodes it in the log)
     size: int
     partition_values: dict[str, str | None]
     stats: str
@@ -69,12 +70,10 @@ class TableFiles:
             self.fs, self.root = pafs.LocalFileSystem(), posixpath.abspath(location)
 
     def new_path(self, partition_values: Sequence[tuple[str, str | None]], stem: str) -> str:
-        """A fresh relative path (Hive-style partition folders), not yet encoded."""
-        folders = [
-            f"{name}={'__HIVE_DEFAULT_PARTITION__' if value is None else value}"
-            for name, value in partition_values
-        ]
-        return posixpath.join(*folders, f"{stem}-{uuid.uuid4().hex}.parquet")
+        """A fresh relative path as on storage (Hive-style, escaped partition folders)."""
+        return posixpath.join(
+            partition_folders(partition_values), f"{stem}-{uuid.uuid4().hex}.parquet"
+        )
 
     def write(
         self, relative: str, table: pa.Table, partition_values: dict[str, str | None]
@@ -84,7 +83,7 @@ class TableFiles:
         pq.write_table(table, full, filesystem=self.fs, compression="snappy")
         size = self.fs.get_file_info(full).size
         return WrittenFile(
-            path=quote(relative, safe="/="),
+            path=relative,
             size=int(size),
             partition_values=partition_values,
             stats=file_stats(table),
@@ -125,7 +124,7 @@ class TableFiles:
     def delete(self, files: Iterable[WrittenFile]) -> None:
         for written in files:
             with contextlib.suppress(FileNotFoundError):
-                self.fs.delete_file(posixpath.join(self.root, unquote(written.path)))
+                self.fs.delete_file(posixpath.join(self.root, written.path))
 
 
 def partition_text(value: object) -> str | None:
@@ -226,8 +225,13 @@ class DeltaWriter(DataSourceArrowWriter):
                 [f.add_action() for f in written],
                 mode="overwrite" if self.overwrite else "append",
                 removes=[
+                    # The log's paths are percent-encoded; delta-rs encodes what it is given.
                     RemoveAction(
-                        f["path"], True, now, f["size"], dict(f.get("partitionValues") or {})
+                        unquote(f["path"]),
+                        True,
+                        now,
+                        f["size"],
+                        dict(f.get("partitionValues") or {}),
                     )
                     for f in self.options.remove_files
                 ],

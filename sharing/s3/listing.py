@@ -34,7 +34,7 @@ class ListRequest:
         if params.get("list-type") != "2":
             raise S3Error(400, "InvalidArgument", "Only ListObjectsV2 (list-type=2) is supported.")
         text = params.get("max-keys", str(MAX_KEYS))
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise S3Error(400, "InvalidArgument", "max-keys must be a non-negative integer.")
         encoding = params.get("encoding-type")
         if encoding not in (None, "url"):

@@ -110,7 +110,9 @@ def parse_signed_request(
             expires_text = params["X-Amz-Expires"]
         except KeyError as missing:
             raise _malformed(f"Query-string authentication requires {missing.args[0]}.") from None
-        if not expires_text.isdigit() or int(expires_text) > MAX_PRESIGNED_SECONDS:
+        if not (expires_text.isascii() and expires_text.isdigit()) or (
+            int(expires_text) > MAX_PRESIGNED_SECONDS
+        ):
             raise _malformed("X-Amz-Expires must be a number of seconds up to 604800.")
         expires = int(expires_text)
         token = params.get("X-Amz-Security-Token")

@@ -132,6 +132,13 @@ class ViewQuery:
 def parse_view(text: str) -> ViewQuery:
     """The checked view, or ViewSqlError at the first problem found."""
     try:
+        return _parse_view(text)
+    except RecursionError:  # the parser and the checks recurse once per nesting level
+        raise ViewSqlError("the query is nested too deeply", 1, 1) from None
+
+
+def _parse_view(text: str) -> ViewQuery:
+    try:
         statements = [s for s in sqlglot.parse(text, read="spark") if s is not None]
     except ParseError as exc:
         first = exc.errors[0] if exc.errors else {}

@@ -15,7 +15,6 @@ shown to be outside those names. The policy's effect is AWS's to enforce.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,8 @@ import pytest
 
 from sharing.config import parse_config
 from tests.support.corpus import CORPUS
+from tests.support.duckdb_iceberg import duckdb_with_iceberg
 from tests.support.emulators import moto_client
-from tests.support.requirements import require
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
 
 pytestmark = pytest.mark.slow
@@ -217,18 +216,7 @@ def test_if_none_match_skips_the_vending(
 
 
 def test_duckdb_reads_an_s3_table_with_vended_credentials(server: RunningServer) -> None:
-    try:
-        import duckdb
-    except ImportError:
-        require(False, "duckdb==1.5.5 (the dev extra)")
-    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    for name in ("avro", "httpfs", "iceberg"):
-        path = site / f"duckdb_extension_{name}/extensions/v1.5.5/{name}.duckdb_extension"
-        require(path.exists(), f"duckdb-extension-{name}==1.5.5 (the dev extra)")
-        con.execute(f"LOAD '{path}'")
+    con = duckdb_with_iceberg()
     con.execute(f"CREATE SECRET lakeshare (TYPE ICEBERG, TOKEN '{TEST_BEARER_TOKEN}')")
     endpoint = server.base_url + "/iceberg"
     con.execute(f"ATTACH 'sales' AS lk (TYPE ICEBERG, ENDPOINT '{endpoint}', SECRET lakeshare)")

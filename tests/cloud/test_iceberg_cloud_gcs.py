@@ -15,12 +15,9 @@ checked here is the boundary the server asks for. DuckDB was not tried against G
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
 import deltalake
 import pyarrow as pa
@@ -29,6 +26,7 @@ import pytest
 from sharing.config import parse_config
 from tests.support.corpus import CORPUS
 from tests.support.emulators import gcs_service_account_info
+from tests.support.google_stand_in import GoogleStandIn
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, RunningServer, run_server
 
 pytestmark = pytest.mark.slow
@@ -38,53 +36,8 @@ META_BUCKET = "iceberg-gcs-meta"
 TABLE = "levi/dat/basic_partitioned/delta"
 
 
-class _Google(BaseHTTPRequestHandler):
-    """`/token`: the service account's OAuth endpoint; `/v1/token`: STS."""
-
-    exchanges: ClassVar[list[dict[str, list[str]]]] = []
-
-    def do_POST(self) -> None:
-        form = parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
-        if self.path == "/v1/token":
-            type(self).exchanges.append(form)
-            body: dict[str, Any] = {
-                "access_token": "downscoped-token",
-                "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
-                "token_type": "Bearer",
-                "expires_in": 3599,
-            }
-        else:
-            body = {"access_token": "source-token", "expires_in": 3600, "token_type": "Bearer"}
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
 @pytest.fixture
-def google(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    from sharing.credentials import gcs as vend_gcs
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Google)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setattr(vend_gcs, "STS_TOKEN_URL", f"{base}/v1/token")
-    _Google.exchanges.clear()
-    try:
-        yield base
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture
-def server(fake_gcs: str, google: str, tmp_path: Path) -> Iterator[RunningServer]:
+def server(fake_gcs: str, google_stand_in: str, tmp_path: Path) -> Iterator[RunningServer]:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage as gcs
 
@@ -107,7 +60,7 @@ def server(fake_gcs: str, google: str, tmp_path: Path) -> Iterator[RunningServer
         "historyShared": True,
         "storage": {
             "endpoint": fake_gcs,
-            "serviceAccountInfo": gcs_service_account_info(f"{google}/token"),
+            "serviceAccountInfo": gcs_service_account_info(f"{google_stand_in}/token"),
         },
     }
     document = {
@@ -147,7 +100,7 @@ def test_pyiceberg_reads_a_gcs_table_with_a_downscoped_token(
         f"gs://{BUCKET}/warehouse/parts/",
         folder + "/",
     ]
-    (form,) = _Google.exchanges
+    (form,) = GoogleStandIn.exchanges
     boundary = json.loads(unquote(form["options"][0]))
     meta_prefix = folder.removeprefix(f"gs://{META_BUCKET}/")
     assert boundary == vend_gcs.access_boundary(

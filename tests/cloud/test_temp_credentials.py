@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import parse_qs, unquote
 
 import pytest
@@ -36,6 +33,7 @@ from tests.support.emulators import (
     azurite_connection_string,
     gcs_service_account_info,
 )
+from tests.support.google_stand_in import GoogleStandIn
 from tests.support.server import TEST_BEARER_TOKEN, make_config
 from tests.support.storage_contract import CORPUS_TABLES, table_files
 
@@ -308,55 +306,6 @@ def test_azure_sas_of_a_container_table_reads_that_table_only(
 # -- GCS --------------------------------------------------------------------------------------
 
 
-class _GoogleStandIn(BaseHTTPRequestHandler):
-    """`/token`: the OAuth endpoint of the service account; `/v1/token`: STS (refusing every
-    exchange while `refuse` is set, as STS does for a caller without permission)."""
-
-    exchanges: ClassVar[list[dict[str, list[str]]]] = []
-    refuse: ClassVar[bool] = False
-
-    def do_POST(self) -> None:
-        form = parse_qs(self.rfile.read(int(self.headers.get("Content-Length", 0))).decode())
-        status = 200
-        if self.path == "/v1/token":
-            type(self).exchanges.append(form)
-            body: dict[str, Any] = {
-                "access_token": "downscoped-token",
-                "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
-                "token_type": "Bearer",
-                "expires_in": 3599,
-            }
-            if type(self).refuse:
-                status, body = 403, {"error": "access_denied", "error_description": "denied"}
-        else:
-            body = {"access_token": "source-token", "expires_in": 3600, "token_type": "Bearer"}
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
-@pytest.fixture
-def google_stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _GoogleStandIn)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setattr(vend_gcs, "STS_TOKEN_URL", f"{base}/v1/token")
-    monkeypatch.setattr(_GoogleStandIn, "refuse", False)
-    _GoogleStandIn.exchanges.clear()
-    try:
-        yield base
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _gcs_key_table(token_uri: str) -> dict[str, Any]:
     return {
         "name": "t",
@@ -373,7 +322,7 @@ def test_gcs_downscoped_token(google_stand_in: str) -> None:
     credentials = response.json()["credentials"]
     assert credentials["gcpOauthToken"] == {"oauthToken": "downscoped-token"}
     assert abs(credentials["expirationTime"] / 1000 - (time.time() + 3599)) < 10
-    (form,) = _GoogleStandIn.exchanges
+    (form,) = GoogleStandIn.exchanges
     assert form["grant_type"] == ["urn:ietf:params:oauth:grant-type:token-exchange"]
     assert form["subject_token"] == ["source-token"]
     # google-auth's STS client percent-encodes the options once more inside the form
@@ -384,12 +333,12 @@ def test_gcs_downscoped_token(google_stand_in: str) -> None:
 def test_gcs_token_exchange_refused_is_a_400(
     google_stand_in: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    _GoogleStandIn.refuse = True
+    GoogleStandIn.refuse = True
     table = _gcs_key_table(f"{google_stand_in}/token")
     message = _assert_refused(_post(_client([table]), "t"), caplog, "token exchange", "OAuthError")
     assert "downscoped-token" not in caplog.text and "source-token" not in caplog.text
     assert message.endswith("Google's token service did not issue them.")
-    assert len(_GoogleStandIn.exchanges) == 1
+    assert len(GoogleStandIn.exchanges) == 1
 
 
 @pytest.mark.slow

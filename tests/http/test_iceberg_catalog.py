@@ -7,7 +7,6 @@ refused, and OAuth client credentials at the catalog's token path."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,8 +31,8 @@ from pyiceberg.schema import Schema
 from app.cli import main as cli
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
+from tests.support.duckdb_iceberg import duckdb_with_iceberg
 from tests.support.recipients import create_recipient, recipients_cli
-from tests.support.requirements import require
 from tests.support.server import (
     TEST_BEARER_TOKEN,
     RunningServer,
@@ -273,18 +272,9 @@ def test_duckdb_attaches_the_catalog_and_reads_a_table(
 ) -> None:
     """DuckDB 1.5.5's iceberg extension (loaded from its PyPI package) through the REST
     catalog with a recipient's bearer token; files through its local file system."""
-    try:
-        import duckdb
-    except ImportError:
-        require(False, "duckdb==1.5.5 (the dev extra)")
-    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    for name in ("avro", "httpfs", "iceberg"):
-        path = site / f"duckdb_extension_{name}/extensions/v1.5.5/{name}.duckdb_extension"
-        require(path.exists(), f"duckdb-extension-{name}==1.5.5 (the dev extra)")
-        con.execute(f"LOAD '{path}'")
+    con = duckdb_with_iceberg()
+    import duckdb
+
     token = _acme(config_file, server, tmp_path)
     con.execute(f"CREATE SECRET lakeshare (TYPE ICEBERG, TOKEN '{token}')")
     endpoint = server.base_url + "/iceberg"

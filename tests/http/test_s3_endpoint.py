@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -560,3 +561,26 @@ def test_ranges_and_head_headers_of_small_and_streamed_objects(tmp_path: Path) -
         with pytest.raises(ClientError) as error:  # a missing key: NoSuchKey, not a 500
             s3.get_object(Bucket=bucket, Key="missing.bin")
         assert _code(error) == "NoSuchKey"
+
+
+def test_numbers_that_are_not_ascii_digits_are_s3_errors(server: RunningServer) -> None:
+    # Failed before the fix: "²" is a digit to str.isdigit but not to int(), so both
+    # answered 500 (a presigned URL's X-Amz-Expires before its signature was checked).
+    creds = _credentials(server, "basic")
+    bucket = _bucket(creds["location"])
+    s3 = _client(creds["awsTempCredentials"])
+    key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key})
+    expires = re.search(r"X-Amz-Expires=\d+", url)
+    assert expires is not None
+    reply = httpx.get(url.replace(expires.group(0), "X-Amz-Expires=%C2%B2"))
+    assert reply.status_code == 400
+    assert "<Code>AuthorizationQueryParametersError</Code>" in reply.text
+
+    def superscript_max_keys(request: Any, **_: Any) -> None:  # signed as sent
+        request.url = request.url.replace("max-keys=1", "max-keys=%C2%B2")
+
+    s3.meta.events.register("before-sign.s3.ListObjectsV2", superscript_max_keys)
+    with pytest.raises(ClientError) as error:
+        s3.list_objects_v2(Bucket=bucket, MaxKeys=1)
+    assert _code(error) == "InvalidArgument"

@@ -189,7 +189,9 @@ def test_partition_values_that_need_escaping_name_files_readers_find(
     from deltalake import write_deltalake
 
     source = tmp_path / "source"
-    frame = pa.table({"id": [1, 2, 3, 4], "Company Name": ["A B", "A B", "x%y", "ü"]})
+    frame = pa.table(
+        {"id": [1, 2, 3, 4, 5, 6], "Company Name": ["A B", "A B", "x%y", "ü", "a/b", "../../x"]}
+    )
     write_deltalake(str(source), frame, partition_by=["Company Name"])
     DeltaRsTable(str(source)).delete("id = 1")  # rewrites the "A B" file
     spec = CopySpec("s.s.t", str(source), str(tmp_path / "copy"))
@@ -199,3 +201,13 @@ def test_partition_values_that_need_escaping_name_files_readers_find(
     assert (result.mode, result.files_written, result.files_removed) == ("incremental", 1, 1)
     assert _rows(tmp_path / "copy") == delta_rs_rows(str(source))
     assert _data_files(tmp_path / "copy") <= _referenced(tmp_path / "copy")
+    # a `/` or `..` in a value names one escaped folder inside the copy's folder
+    assert all(
+        (tmp_path / "copy") in p.parents
+        for p in tmp_path.rglob("*.parquet")
+        if "source" not in p.parts
+    )
+    assert {Path(p).parent.name for p in _data_files(tmp_path / "copy")} >= {
+        "Company Name=a%2Fb",
+        "Company Name=..%2F..%2Fx",
+    }

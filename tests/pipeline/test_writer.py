@@ -110,3 +110,38 @@ def test_a_failing_task_leaves_no_commit_and_no_files(delta_spark: Any, tmp_path
         failing.write.format("deltalog").mode("append").save(str(target))
     assert DeltaRsTable(str(target)).version() == 0
     assert _data_files(target) == before
+
+
+ESCAPED_VALUES = ["A B", "x%y", "ü", "a/b", "../../x", "..", "k=v", None]
+
+
+def test_partition_values_that_need_escaping_land_in_the_table_and_read_back(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    """Partition values with a space, `%`, `ü`, `/`, `..` and `=`: every file lands in one
+    partition folder inside the table's folder (escaped as Spark does), the log names it
+    percent-encoded once, and delta-rs and the `deltalog` source read the rows back (failed
+    before: paths were encoded twice and a `/` or `..` nested or escaped the folders)."""
+    target = tmp_path / "nested" / "t"
+    rows = [(i, value) for i, value in enumerate(ESCAPED_VALUES)]
+    frame = delta_spark.createDataFrame(rows, "id long, `Company Name` string")
+    frame.write.format("deltalog").option("partitionBy", "Company Name").mode("append").save(
+        str(target)
+    )
+    expected = sorted_rows(
+        pa.table({"id": [r[0] for r in rows], "Company Name": ESCAPED_VALUES}).to_pandas()
+    )
+    written = DeltaRsTable(str(target))
+    assert sorted_rows(written.to_pyarrow_table().to_pandas()[["id", "Company Name"]]) == expected
+    assert spark_rows(delta_spark.read.format("deltalog").load(str(target))) == expected
+    assert all(target in p.parents for p in tmp_path.rglob("*.parquet"))
+    files = _data_files(target)
+    assert len(files) == len(ESCAPED_VALUES)
+    for path in files:
+        folder = path.relative_to(target).parent
+        assert len(folder.parts) == 1 and folder.name.startswith("Company Name=")
+    assert {unquote(a["path"]) for a in _adds(target)} == {
+        str(p.relative_to(target)) for p in files
+    }
+    assert "Company Name=a%2Fb" in {p.parent.name for p in files}
+    assert "Company Name=__HIVE_DEFAULT_PARTITION__" in {p.parent.name for p in files}

@@ -104,6 +104,16 @@ def test_the_configuration_reports_sql_problems_at_the_view_key() -> None:
     assert "invalid view: line 2, column 7: rand() is not deterministic" in raised.value.message
 
 
+def test_a_view_nested_too_deeply_is_a_configuration_error() -> None:
+    # Failed before the fix: the parser's RecursionError escaped the configuration's check.
+    nested = "(" * 3000 + "1" + ")" * 3000
+    view = {"name": "v", "view": f"SELECT {nested} AS n FROM sales.eu.orders"}
+    with pytest.raises(ConfigError) as raised:
+        _config(ORDERS, view)
+    assert raised.value.path == "shares[0].schemas[0].tables[1].view"
+    assert "invalid view: line 1, column 1: the query is nested too deeply" in raised.value.message
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -34,6 +34,7 @@ from sharing.iceberg.schema import UnsupportedColumn
 from sharing.tables import TableService
 from tests.support import REPO_ROOT
 from tests.support.corpus import copy_table, corpus_table
+from tests.support.duckdb_iceberg import duckdb_with_iceberg
 from tests.support.requirements import require
 from tests.support.rows import comparable_cell
 from tests.support.server import make_config
@@ -394,21 +395,7 @@ def test_the_table_folder_is_never_written(tmp_path: Path, generator: IcebergMet
 @pytest.fixture(scope="module")
 def duckdb_connection() -> Any:
     """DuckDB with its iceberg extension loaded from the installed PyPI packages."""
-    try:
-        import duckdb
-    except ImportError:
-        require(False, "duckdb==1.5.5 (the dev extra)")
-    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    for name in ("avro", "httpfs", "iceberg"):
-        path = (
-            site / f"duckdb_extension_{name}" / "extensions" / "v1.5.5" / f"{name}.duckdb_extension"
-        )
-        require(path.exists(), f"duckdb-extension-{name}==1.5.5 (the dev extra)")
-        con.execute(f"LOAD '{path}'")
-    return con
+    return duckdb_with_iceberg()
 
 
 @pytest.mark.parametrize(
