@@ -243,7 +243,8 @@ class ShareCatalog:
                 path: Path = generated.metadata_path
                 relative = path.relative_to(self.metadata.generated_root(shared, bucket))
                 location = f"s3://{bucket}/{GENERATED_PREFIX}{relative.as_posix()}"
-                etag = _etag(location, mode)
+                # The same location on the bucket for every slice: the file names the slice.
+                etag = _etag(f"{location}\n{path}", mode)
                 if _matches(if_none_match, etag):
                     return LoadedTable(etag, None)
                 config = _s3_config(credentials)

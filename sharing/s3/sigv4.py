@@ -26,7 +26,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 MAX_SKEW_SECONDS = 15 * 60  # S3's allowance for a header-signed request's clock
 MAX_PRESIGNED_SECONDS = 7 * 24 * 3600  # S3's longest X-Amz-Expires
-_DATE = re.compile(r"\d{8}T\d{6}Z\Z")
+_DATE = re.compile(r"[0-9]{8}T[0-9]{6}Z\Z")
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _SPACES = re.compile(r"\s+")
 
@@ -119,7 +119,7 @@ def parse_signed_request(
     else:
         raise S3Error.access_denied("Anonymous access is not allowed: sign the request.")
     key_id, date, region, service = _credential(credential)
-    if not _DATE.match(amz_date) or amz_date[:8] != date:
+    if not _DATE.match(amz_date) or amz_date[:8] != date or _signed_at(amz_date) is None:
         raise S3Error(
             400,
             "AuthorizationHeaderMalformed",
@@ -196,6 +196,14 @@ def string_to_sign(
     return f"{ALGORITHM}\n{signed.amz_date}\n{signed.scope}\n{digest}"
 
 
+def _signed_at(amz_date: str) -> datetime | None:
+    """The time an X-Amz-Date of the right pattern names; None for no real date."""
+    try:
+        return datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def signing_key(secret: str, signed: SignedRequest) -> bytes:
     key = hmac.digest(("AWS4" + secret).encode(), signed.date.encode(), "sha256")
     for part in (signed.region, signed.service, "aws4_request"):
@@ -219,7 +227,9 @@ def verify(
     expected = hmac.new(signing_key(secret, signed), text.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, signed.signature):
         raise S3Error.signature_mismatch()
-    signed_at = datetime.strptime(signed.amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    signed_at = _signed_at(signed.amz_date)
+    if signed_at is None:  # parse_signed_request refuses it first
+        raise S3Error(400, "AuthorizationHeaderMalformed", "X-Amz-Date is not a date.")
     at = signed_at.timestamp()
     current = now()
     if signed.presigned_expires is not None:

@@ -107,3 +107,20 @@ def test_generated_files_go_to_the_configured_cache_dir(tmp_path: Path, table: P
     assert any(cache.rglob(location.rsplit("/", 1)[1]))
     assert any(cache.rglob("*.avro"))
     assert not any(p.name.endswith(".avro") for p in table.rglob("*"))
+
+
+def test_another_slice_of_the_same_version_has_another_etag(tmp_path: Path) -> None:
+    # Failed before the fix: the ETag named the metadata on the table's S3-endpoint bucket,
+    # the same path for every slice, so a holder whose slice changed (its properties, the
+    # table's partition filter) was told its old slice's metadata was current (304).
+    root = tmp_path / "parts"
+    data = pa.table({"id": [1, 2], "p": ["a", "b"]})
+    deltalake.write_deltalake(str(root), data, partition_by=["p"])
+    tags = []
+    for value in ("a", "b"):
+        table = {"name": "t", "location": str(root), "partitionFilter": f"p = '{value}'"}
+        client = _client(tmp_path, [table])
+        tags.append(client.get(f"{TABLES}/t", headers=HEADERS).headers["etag"])
+    assert tags[0] != tags[1]
+    again = client.get(f"{TABLES}/t", headers={**HEADERS, "If-None-Match": tags[0]})
+    assert again.status_code == 200

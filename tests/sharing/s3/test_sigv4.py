@@ -137,3 +137,32 @@ def test_token_claims_bind_the_key() -> None:
     assert keys.bucket_for("s", "d", "t") != keys.bucket_for("s", "d", "u")
     with pytest.raises(keys.MalformedKey):
         keys.read_token("LS3.!!!")
+
+
+class _NoSuchTime:
+    """What botocore's clock gives the signer: a timestamp of no real date."""
+
+    def strftime(self, _format: str) -> str:
+        return "20261399T999999Z"
+
+
+@pytest.mark.parametrize("presign", [False, True])
+def test_a_signed_date_that_is_no_date_is_refused(
+    presign: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Failed before the fix: the date passed the pattern, the signature held, and parsing
+    # the date raised ValueError (a 500 for any key holder signing such a date).
+    monkeypatch.setattr("botocore.auth.get_current_datetime", _NoSuchTime)
+    request = _sign(URLS[0], presign=presign)
+    prepared = request.prepare()
+    parts = urlsplit(prepared.url)
+    headers = {k.lower(): v for k, v in prepared.headers.items()}
+    headers.setdefault("host", parts.netloc)
+    query = [tuple(item.split("=", 1)) for item in parts.query.split("&") if item]
+    decoded = [(unquote(k), unquote(v)) for k, v in query]
+    lists = {k: [v] for k, v in headers.items()}
+    with pytest.raises(S3Error) as error:
+        signed = sigv4.parse_signed_request(headers, decoded)
+        secret = keys.secret_for(SECRET, signed.session_token or "")
+        sigv4.verify(signed, secret, "GET", parts.path, parts.query, lists, lambda: 0.0)
+    assert (error.value.status, error.value.code) == (400, "AuthorizationHeaderMalformed")
