@@ -51,7 +51,7 @@ async def submit(
 ) -> Response:
     """Start (or find, by idempotency key) the async query and answer its status line."""
     if inputs.shared.config.compatible_copy:
-        await run_in_threadpool(planner.check_async, inputs)
+        inputs = await run_in_threadpool(planner.async_inputs, inputs)
     plan = partial(planner.query, base_url=base_url, holder=holder)
     stored = await run_in_threadpool(service.submit, inputs, plan)
     if stored.error is not None:

@@ -8,7 +8,9 @@ compute the filtered file set. What is kept is small: the pinned version (or the
 range of a streaming query) and the request. A result page is then exactly a page of the
 synchronous query pinned there: the first page starts from a page token minted from the
 pin, later pages use the `nextPageToken` of the previous one, so versions, filters, limits
-and page tokens behave as they do for `POST .../query` with `maxFiles`.
+and page tokens behave as they do for `POST .../query` with `maxFiles`. A query that a
+table's compatible copy serves (sharing.copies) is bound to the copy at submission: the
+stored inputs say so, and its pin and pages are the copy's, under the source's versions.
 
 Query ids are random (unguessable) and bound to their table and to the recipient that
 submitted them: another recipient polling one gets the 404 of an unknown id, and an
@@ -68,6 +70,8 @@ PlanQuery = Callable[[QueryInputs], QueryPlan]
 PLANNING_LEASE_MS = 5 * 60_000
 PLANNING_THREADS = 4
 _INTERNAL_MESSAGE = "Internal error while planning the query."
+# In the stored inputs of a query bound to a table's compatible copy at submission.
+_COPY_KEY = "copy"
 
 
 # -- responses -------------------------------------------------------------------------------
@@ -126,12 +130,16 @@ def _encode_inputs(inputs: QueryInputs) -> str:
             "endStream": caps.include_end_stream_action,
             "fileIdHash": inputs.file_id_hash,
             "slice": inputs.shared.slice_key,
+            _COPY_KEY: int(inputs.shared.from_copy),
         }
     ).decode()
 
 
-def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
+def _decode_inputs(text: str, shared: SharedTable, tables: TableService) -> QueryInputs:
+    """The stored inputs on the table they were submitted on: `shared` (the table of the
+    poll, resolved by the catalog) or, for a query bound to a compatible copy, its copy."""
     data = orjson.loads(text)
+    shared = _bound_table(shared, bool(data.get(_COPY_KEY, 0)), tables)
     if data.get("slice", "") != shared.slice_key:
         # The result is a slice of the table (sharing.slices) bound when it was submitted;
         # another slice (the recipient's properties changed) is another query.
@@ -148,6 +156,20 @@ def _decode_inputs(text: str, shared: SharedTable) -> QueryInputs:
         async_query=True,
     )
     return QueryInputs(shared, QueryRequest(**fields), caps, data["fileIdHash"])
+
+
+def _bound_table(shared: SharedTable, on_copy: bool, tables: TableService) -> SharedTable:
+    """The copy of `shared` when the query was bound to it at submission, else the original
+    (never the other one: a query's pages come from the table that planned it)."""
+    original = shared.source or shared
+    if not on_copy:
+        return original
+    if not original.config.compatible_copy:
+        raise InvalidParameter(
+            f"The query was submitted on the compatible copy of {original.full_name}, which "
+            "the table no longer keeps. Please restart the query."
+        )
+    return tables.copy_of(original)
 
 
 def _owner(shared: SharedTable) -> str:
@@ -172,6 +194,8 @@ def fingerprint(inputs: QueryInputs) -> str:
         # recipient's properties changed, is a different query.
         "recipient": inputs.shared.recipient,
         "slice": inputs.shared.slice_key,
+        # Served from the table's compatible copy (sharing.copies) or from the original.
+        "copy": inputs.shared.from_copy,
     }
     return hashlib.sha256(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -267,7 +291,7 @@ class AsyncQueryService:
             return stored
         if stored.status == FAILED:
             raise AsyncQueryFailed.from_stored(stored)
-        submitted = _decode_inputs(stored.request, shared)
+        submitted = _decode_inputs(stored.request, shared, self._tables)
         return AsyncResult(
             planner(self._page_inputs(submitted, stored, poll, caps)), submitted.file_id_hash
         )
@@ -314,7 +338,9 @@ class AsyncQueryService:
             return
         if self._store.claim(stored.query_id, now, now + self._lease_ms):
             log.warning("async query %s: planner lease expired, planning again", stored.query_id)
-            self._start(stored.query_id, _decode_inputs(stored.request, shared), planner)
+            self._start(
+                stored.query_id, _decode_inputs(stored.request, shared, self._tables), planner
+            )
 
     def _start(self, query_id: str, inputs: QueryInputs, planner: PlanQuery) -> None:
         self._pool.submit(self._plan, query_id, inputs, planner)

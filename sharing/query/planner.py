@@ -212,24 +212,23 @@ class Planner:
             tables=self.tables,
         )
 
-    def check_async(self, inputs: QueryInputs) -> None:
-        """Refuse, before an async query is recorded, one its copy would serve: the async
-        service pins and pages the original table only. May read the table's log."""
-        if QueryKind.of(inputs.request) is not QueryKind.STREAMING:
-            self._on_served(inputs)
+    def async_inputs(self, inputs: QueryInputs) -> QueryInputs:
+        """An async snapshot query's inputs bound, at submission, to the table that serves
+        it (its compatible copy, as for a synchronous query); the async service stores the
+        binding so every page is read from the same table. May read the table's log."""
+        if QueryKind.of(inputs.request) is QueryKind.STREAMING:
+            return inputs
+        return self._on_served(inputs)
 
     def _on_served(self, inputs: QueryInputs, served: SharedTable | None = None) -> QueryInputs:
-        """A snapshot query's inputs on the table that serves it (`served`)."""
+        """A snapshot query's inputs on the table that serves it (`served`); inputs already
+        bound to a copy (an async query's pages) stay on it."""
+        if inputs.shared.from_copy:
+            return inputs
         if served is None:
             served = self.served(inputs.shared, inputs.caps)
         if served is inputs.shared:
             return inputs
-        if inputs.caps.async_query:
-            raise UnsupportedOperation(
-                f"Table {inputs.shared.full_name} is served to clients reading the parquet "
-                "format from its compatible copy, which answers synchronous queries only; "
-                "query it without asyncquery=true."
-            )
         return replace(inputs, shared=served)
 
 

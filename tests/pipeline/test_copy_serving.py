@@ -10,6 +10,7 @@ do not cross."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -248,15 +249,93 @@ def test_tokens_and_file_urls_of_the_copy_do_not_cross_to_the_original(
     assert httpx.get(url.replace("&cp=1", "")).status_code == 403
 
 
-def test_an_async_query_the_copy_would_serve_is_refused_at_once(server: RunningServer) -> None:
+def _poll_pages(
+    base: str, headers: dict[str, str], query_id: str, max_files: int | None
+) -> tuple[str, list[str], list[str]]:
+    """Poll an async query until it is planned, then follow its pages: the version header,
+    the file ids of every page, and the page tokens handed out."""
+    body: dict[str, Any] = {"queryId": query_id}
+    if max_files is not None:
+        body["maxFiles"] = max_files
+    deadline = time.monotonic() + 60
+    while True:
+        response = httpx.post(f"{base}/queries/{query_id}", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+        lines = _lines(response)
+        if "queryStatus" not in lines[0]:
+            break
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.1)
+    version = response.headers["delta-table-version"]
+    ids: list[str] = []
+    tokens: list[str] = []
+    while True:
+        assert response.headers["delta-table-version"] == version
+        ids += [line["file"]["id"] for line in lines if "file" in line]
+        ends = [line["endStreamAction"] for line in lines if "endStreamAction" in line]
+        token = ends[0].get("nextPageToken") if ends else None
+        if not token:
+            return version, ids, tokens
+        tokens.append(token)
+        response = httpx.post(
+            f"{base}/queries/{query_id}", json={**body, "pageToken": token}, headers=headers
+        )
+        assert response.status_code == 200, response.text
+        lines = _lines(response)
+
+
+def _submit(base: str, headers: dict[str, str], body: dict[str, Any]) -> str:
+    response = httpx.post(base + "/query", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    return str(_lines(response)[0]["queryStatus"]["queryId"])
+
+
+def test_an_async_query_the_copy_serves_equals_the_synchronous_one(
+    server: RunningServer,
+) -> None:
+    """Async on a copy-served request: pinned at submission to the source version the copy
+    holds, paged from the copy (same files, same Delta-Table-Version as the synchronous
+    query), and its query id and page tokens never page the original."""
     base = server.url("/shares/s/schemas/d/tables/dv_mapping")
-    headers = {
-        **server.auth_headers,
-        "delta-sharing-capabilities": "responseformat=parquet;asyncquery=true",
+    auth = server.auth_headers
+    parquet_async = {**auth, "delta-sharing-capabilities": "responseformat=parquet;asyncquery=true"}
+    for n, (body, max_files) in enumerate([({}, None), ({}, 1), ({"version": 9}, 2)]):
+        sync = httpx.post(base + "/query", json=body, headers={**auth, **PARQUET})
+        assert sync.status_code == 200, sync.text
+        sync_ids = [line["file"]["id"] for line in _lines(sync) if "file" in line]
+        assert sync_ids
+        query_id = _submit(base, parquet_async, {**body, "idempotency_key": f"copy-{n}"})
+        version, ids, tokens = _poll_pages(base, parquet_async, query_id, max_files)
+        assert version == sync.headers["delta-table-version"] == str(body.get("version", 14))
+        assert sorted(ids) == sorted(sync_ids)
+        if max_files == 1:
+            assert len(tokens) == len(sync_ids) - 1
+    # a poll with other capabilities still pages the copy the query was bound to
+    query_id = _submit(base, parquet_async, {"idempotency_key": "copy-latest"})
+    _, copy_ids, copy_tokens = _poll_pages(base, parquet_async, query_id, 1)
+    delta_poll = {**auth, "delta-sharing-capabilities": f"responseformat=delta;{FEATURES}"}
+    version, ids, _ = _poll_pages(base, delta_poll, query_id, None)
+    assert (version, sorted(ids)) == ("14", sorted(copy_ids))
+    # the original's async query: its own version and files; tokens do not cross
+    delta_async = {
+        **auth,
+        "delta-sharing-capabilities": f"responseformat=delta;{FEATURES};asyncquery=true",
     }
-    response = httpx.post(base + "/query", json={"idempotency_key": "k1"}, headers=headers)
-    assert response.status_code == 400, response.text
-    assert "answers synchronous queries only" in response.json()["message"]
+    original_id = _submit(base, delta_async, {"idempotency_key": "original"})
+    version, original_ids, original_tokens = _poll_pages(base, delta_async, original_id, 1)
+    assert version == "15" and set(original_ids).isdisjoint(copy_ids)
+    crossed = httpx.post(
+        f"{base}/queries/{original_id}",
+        json={"maxFiles": 1, "pageToken": copy_tokens[0]},
+        headers=delta_async,
+    )
+    assert crossed.status_code == 400 and "compatible copy" in crossed.json()["message"]
+    crossed = httpx.post(
+        f"{base}/queries/{query_id}",
+        json={"maxFiles": 1, "pageToken": original_tokens[0]},
+        headers=parquet_async,
+    )
+    assert crossed.status_code == 400 and "the original table" in crossed.json()["message"]
 
 
 def test_parquet_among_other_formats_reads_the_copy_only_when_the_original_is_refused(

@@ -11,9 +11,12 @@ Spark; tests/pipeline/test_copy_serving.py runs the real refresher end to end)."
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import orjson
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -32,7 +35,8 @@ from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 from sharing.presign.local_verify import FileServer
 from sharing.query.capabilities import parse
 from sharing.query.kinds import PinnedVersion
-from sharing.query.request import QueryRequest
+from sharing.query.plan import QueryPlan
+from sharing.query.request import PollRequest, QueryInputs, QueryRequest
 from sharing.tables import TableService
 from sharing.tokens import TokenCodec
 from tests.support.server import make_config
@@ -356,3 +360,70 @@ def test_a_table_leaving_the_catalog_takes_its_copys_readers_along(
     assert service.forget([shared], []) == 2  # the original's location and the copy's
     assert service.forget([shared], []) == 0
     assert service.resolve(service.copy_of(shared), version=1, timestamp=None).version == 1
+
+
+def _file_ids(plan: QueryPlan) -> list[str]:
+    lines = [orjson.loads(line) for line in plan.render().splitlines()]
+    return [line["file"]["id"] for line in lines if "file" in line]
+
+
+def test_an_async_query_is_bound_to_the_copy_that_serves_it(tmp_path: Path, source: Path) -> None:
+    """The stored inputs of an async query the copy serves carry the copy marker: decoded
+    on the original (a later poll), they give back the copy; unmarked inputs give the
+    original even when decoded on the copy. The pages then equal the synchronous query's,
+    whatever the poll's capabilities, under the source's version numbers."""
+    from sharing.query.async_service import AsyncQueryService, AsyncResult
+    from sharing.query.async_service import _decode_inputs as decode
+    from sharing.query.async_service import _encode_inputs as encode
+    from sharing.query.async_store import PENDING, SqliteQueryStore
+    from sharing.query.planner import Planner
+
+    views = tmp_path / "views"
+    _materialize(views, source, 3)
+    _materialize(views, source, 4)  # the copy's latest holds source version 4 (of 5)
+    config = make_config({"views": {"location": str(views)}}, refreshWindowMs=0)
+    planner = Planner(config, TableService(config), TokenCodec(SECRET.encode()))
+    tables = planner.tables
+    shared = _shared(source)
+    caps = parse("responseformat=parquet;asyncquery=true")
+    submitted = QueryInputs(shared, QueryRequest(idempotency_key="k1"), caps, None)
+    bound = planner.async_inputs(submitted)
+    assert bound.shared == tables.copy_of(shared)
+    # the marker round trip
+    for polled_on in (shared, bound.shared):
+        assert decode(encode(bound), polled_on, tables).shared == bound.shared
+        assert decode(encode(bound), polled_on, tables) == bound
+    delta = replace(submitted, caps=parse("responseformat=delta;asyncquery=true"))
+    on_original = planner.async_inputs(delta)
+    assert on_original.shared is shared
+    assert decode(encode(on_original), bound.shared, tables).shared is shared
+    with pytest.raises(InvalidParameter, match="no longer keeps"):
+        decode(encode(bound), _shared(source, compatible_copy=False), tables)
+
+    # the async result equals the synchronous copy-served query
+    service = AsyncQueryService(
+        SqliteQueryStore(None), tables=tables, tokens=planner.query_tokens, ttl_ms=60_000
+    )
+    plan = partial(planner.query, base_url="http://lakeshare", holder=HOLDER)
+    stored = service.submit(bound, plan)
+    poll = PollRequest()
+    deadline = time.monotonic() + 30
+    outcome = service.poll(shared, stored.query_id, poll, caps, plan)
+    while not isinstance(outcome, AsyncResult):
+        assert outcome.status == PENDING and time.monotonic() < deadline
+        time.sleep(0.05)
+        outcome = service.poll(shared, stored.query_id, poll, caps, plan)
+    synchronous = planner.query(replace(submitted, caps=parse(None)), "http://lakeshare", HOLDER)
+    assert synchronous.version == outcome.plan.version == 4
+    assert _file_ids(outcome.plan) == _file_ids(synchronous) != []
+    # the copy's files, not the original's
+    original = planner.query(replace(delta, caps=parse("responseformat=delta")), "x", HOLDER)
+    assert set(_file_ids(original)).isdisjoint(_file_ids(synchronous))
+    # a poll asking for delta still pages the copy the query was bound to
+    as_delta = service.poll(shared, stored.query_id, poll, parse("responseformat=delta"), plan)
+    assert isinstance(as_delta, AsyncResult)
+    assert _file_ids(as_delta.plan) == _file_ids(synchronous)
+    assert as_delta.plan.version == 4
+    # the same key on the original (delta) is another query: refused, not the copy's
+    with pytest.raises(InvalidParameter, match="different parameters"):
+        service.submit(on_original, plan)
