@@ -98,7 +98,7 @@ class ViewRefreshResult:
     tuple_id: str
     source_versions: dict[str, int]
     version: int | None  # the materialization's version committed; None: nothing committed
-    mode: str  # "full", "unchanged", "lost-race"
+    mode: str  # "full", "incremental", "unchanged", "lost-race"
     rows_written: int = 0
     files_written: int = 0
     seconds: float = 0.0
@@ -408,8 +408,8 @@ def _rows(snapshot: Snapshot) -> int:
 
 @dataclass(frozen=True)
 class ViewTarget:
-    """One tuple of a view, as the refresher's target (pipeline.targets). Every refresh
-    of a view is a full recompute, so `full` changes nothing."""
+    """One tuple of a view, as the refresher's target (pipeline.targets). `full` forces a
+    recompute as an overwrite of a view that would otherwise be refreshed incrementally."""
 
     spec: ViewSpec
     values: ViewTuple
@@ -426,7 +426,7 @@ class ViewTarget:
 
     def refresh(self, spark: Any, *, full: bool) -> PassOutcome:
         started = time.time()
-        result = refresh_view(spark, self.spec, self.values)
+        result = refresh_view(spark, self.spec, self.values, full=full)
         last = last_commit_info(self.spec, self.values)
         held: dict[str, int] = {}
         if last is not None:
@@ -436,7 +436,7 @@ class ViewTarget:
             materialized_version=last[0] if last is not None else None,
             materialized_sources=held,
             mode=result.mode,
-            committed=result.mode == "full",
+            committed=result.mode in ("full", "incremental"),
             started_ms=int(started * 1000),
             duration_ms=int(result.seconds * 1000),
             rows=result.rows_written,

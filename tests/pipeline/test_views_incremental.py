@@ -96,3 +96,36 @@ def test_incremental_equals_full_recompute_at_every_version(
     materialization = DeltaRsTable(incremental.location(values))
     assert materialization.protocol().min_reader_version == 1
     assert "delta.columnMapping.mode" not in materialization.metadata().configuration
+
+
+def test_view_target_forces_full_and_counts_incremental_commits(
+    delta_spark: Any, tmp_path: Path
+) -> None:
+    """The refresher's target passes `full` through (`lakeshare views refresh --full`) and
+    reports an incremental refresh as a commit."""
+    from deltalake import write_deltalake
+
+    from pipeline.views import ViewTarget
+
+    source = tmp_path / "source"
+    batch = pa.table({"part": pa.array([0, 1], pa.int32()), "col1": [1, 2], "col2": ["a", "b"]})
+    write_deltalake(str(source), batch)
+    sql = _view(source)
+    values = view_tuple(parse_view(sql), {"tier": "gold", "part": "0"})
+    sources = (SourceTable(SourceRef(uri=str(source)), str(source)),)
+    spec = ViewSpec("s.d.v", sql, sources, (values,), str(tmp_path / "views"))
+    target = ViewTarget(spec, values, 60)
+
+    first = target.refresh(delta_spark, full=False)
+    assert (first.mode, first.committed) == ("full", True)
+    again = target.refresh(delta_spark, full=False)
+    assert (again.mode, again.committed) == ("unchanged", False)
+    write_deltalake(str(source), batch, mode="append")
+    added = target.refresh(delta_spark, full=False)
+    assert (added.mode, added.committed) == ("incremental", True)
+    write_deltalake(str(source), batch, mode="append")
+    forced = target.refresh(delta_spark, full=True)
+    assert (forced.mode, forced.committed) == ("full", True)
+    assert forced.materialized_version == added.materialized_version + 1
+    rows = _materialized_rows(spec.location(values))
+    assert rows == sorted([(0, 10, "a"), (1, 20, "b")] * 3, key=repr)
