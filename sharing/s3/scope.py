@@ -45,8 +45,10 @@ _SLICE_PREFIX = "slice-"
 
 
 def reads_whole(shared: SharedTable) -> bool:
-    """Whether a key may open the table's whole folder for this holder."""
-    return shared.partition_filter is None and shared.config.history_shared
+    """Whether a key may open the table's whole folder for this holder. Never a view's
+    materialization: its log's commits record the tuple's property values and the versions
+    of every source table, sources the holder may not be granted."""
+    return shared.partition_filter is None and shared.config.history_shared and not shared.is_view
 
 
 def slice_scope(shared: SharedTable) -> str:
@@ -78,8 +80,9 @@ def _is_local(location: str) -> bool:
 def directory_location(share: str, schema: str, table: TableConfig) -> str | None:
     """Where a Delta reader finds the table through the S3 endpoint, when directory access
     (`temporary-table-credentials`) is open to every recipient it is listed to: a local
-    table with its history shared and no partition filter; else None."""
-    if not table.history_shared or table.partition_filter is not None:
+    table with its history shared and no partition filter; else None (and for a view, whose
+    temporary credentials are refused)."""
+    if table.view is not None or not table.history_shared or table.partition_filter is not None:
         return None
     if not _is_local(table.location):
         return None

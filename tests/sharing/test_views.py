@@ -11,6 +11,7 @@ import pytest
 
 from sharing.catalog import Catalog
 from sharing.config import ConfigError
+from sharing.s3.scope import iceberg_scope, reads_whole, slice_scope
 from sharing.slices import Viewer
 from sharing.views.materializations import view_tuple
 from sharing.views.sql import SourceRef, ViewSqlError, parse_view
@@ -156,6 +157,29 @@ def test_each_recipient_is_served_the_materialization_of_its_current_tuple() -> 
     assert fr.config.history_shared and fr.partition_filter is None
     listed = catalog.visible_to(everything).list_tables("sales", "eu").items
     assert [t["name"] for t in listed] == ["orders", "v"]
+
+
+def test_a_view_offers_no_directory_access() -> None:
+    """A view's temporary credentials are refused, so its listing offers no `location` /
+    `dir` access even with `historyShared`; and an S3-endpoint key for it (loadTable) is
+    never the materialization's whole folder, whose log records the tuple's values and
+    every source's version."""
+    view = {
+        "name": "v",
+        "view": "SELECT id FROM sales.eu.orders WHERE c = current_recipient('c')",
+        "historyShared": True,
+    }
+    orders = {**ORDERS, "historyShared": True}
+    catalog = Catalog(_config(orders, view, views={"location": "/lake/views"}))
+    everything = frozenset({"*"})
+    listed = {t["name"]: t for t in catalog.visible_to(everything).list_tables("sales", "eu").items}
+    assert "accessModes" in listed["orders"]  # a local table with history: directory access
+    assert "location" not in listed["v"] and "accessModes" not in listed["v"]
+    served = catalog.visible_to(everything, Viewer("a", (("c", "FR"),))).get_table(
+        "sales", "eu", "v"
+    )
+    assert not reads_whole(served)
+    assert iceberg_scope(served) == slice_scope(served)
 
 
 def test_tuples_take_the_view_keys_in_order() -> None:
