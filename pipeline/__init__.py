@@ -12,6 +12,7 @@ The server (`app/`, `sharing/`) never imports this package.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 try:
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
 __all__ = ["NAME", "DeltaDataSource", "register"]
 
 
+_REGISTERED: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+
+
 def register(spark: SparkSession) -> None:
-    """Register the `deltalog` format (reads and writes) with a session."""
+    """Register the `deltalog` format (reads and writes) with a session, once: each
+    registration pickles the data source again (a fixed cost of every view refresh)."""
+    if spark in _REGISTERED:
+        return
     spark.dataSource.register(DeltaDataSource)
+    _REGISTERED.add(spark)

@@ -170,12 +170,30 @@ def write_by_key(
     """One file per source key in `table` (named `<key>-<run>-<uuid>.parquet`), without
     the key column: each file is derived from one source file (pipeline.views)."""
     written = []
-    keys = table.column(key_column)
     data = table.drop_columns([key_column])
-    for key in pc.unique(keys).to_pylist():
-        rows = data.filter(pc.equal(keys, key))
+    for key, rows in key_runs(table.column(key_column), data):
         written.append(files.write(files.new_path([], f"{key}-{run}"), rows, {}))
     return written
+
+
+def key_runs(keys: pa.ChunkedArray, data: pa.Table) -> list[tuple[str, pa.Table]]:
+    """`data`'s rows grouped by `keys`, in order of first appearance, each group's rows in
+    their order. A per-row query keeps each source file's rows together, so the groups are
+    runs of equal keys sliced without copying (one pass, not one filter per key); a key
+    seen in several runs gets them concatenated."""
+    flat = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    if len(flat) == 0:
+        return []
+    changes = pc.indices_nonzero(pc.not_equal(flat[1:], flat[:-1])).to_pylist()
+    starts = [0, *(i + 1 for i in changes)]
+    ends = [*starts[1:], len(flat)]
+    groups: dict[str, list[pa.Table]] = {}
+    for start, end in zip(starts, ends, strict=True):
+        groups.setdefault(flat[start].as_py(), []).append(data.slice(start, end - start))
+    return [
+        (key, parts[0] if len(parts) == 1 else pa.concat_tables(parts))
+        for key, parts in groups.items()
+    ]
 
 
 class DeltaWriter(DataSourceArrowWriter):

@@ -70,10 +70,20 @@ def _source(tmp_path: Path) -> Path:
     return source
 
 
-@pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
+@pytest.mark.parametrize(
+    ("full", "in_process_bytes"),
+    [(False, 8 << 20), (False, 0), (True, 8 << 20)],
+    ids=["incremental-in-process", "incremental-spark-job", "full"],
+)
 def test_a_task_failing_mid_materialization_leaves_the_view_as_it_was(
-    delta_spark: Any, tmp_path: Path, full: bool
+    delta_spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    full: bool,
+    in_process_bytes: int,
 ) -> None:
+    # 0: even the few small new files go through a Spark job (its tasks' cleanup)
+    monkeypatch.setattr(pipeline.views, "IN_PROCESS_BYTES", in_process_bytes)
     source = _source(tmp_path)
     spec, values = _spec(tmp_path, source)
     location = Path(spec.location(values))
