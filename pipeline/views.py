@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from deltalog import DeltaTable, Snapshot
 from deltalog.file_reads import file_refs
+from deltalog.packed_stats import stats_text
 from deltalog.storage import resolve
 from pipeline.copies import CopySpec, key_of_output, output_key, sweep
 from pipeline.copy_job import IN_PROCESS_BYTES
@@ -514,7 +515,7 @@ def _file_plan(source: Snapshot, current: Snapshot) -> IncrementalPlan:
 def _rows(snapshot: Snapshot) -> int:
     """Rows of the materialization (from its files' statistics)."""
     total = 0
-    for stats in snapshot.files.column("stats").to_pylist():
+    for stats in stats_text(snapshot.files.column("stats")).to_pylist():
         document = json.loads(stats) if isinstance(stats, str) else stats
         if document:
             total += int(document.get("numRecords") or 0)

@@ -127,5 +127,6 @@ def test_view_target_forces_full_and_counts_incremental_commits(
     forced = target.refresh(delta_spark, full=True)
     assert (forced.mode, forced.committed) == ("full", True)
     assert forced.materialized_version == added.materialized_version + 1
+    assert forced.rows == 6  # from the files' statistics (once read as 0: packed stats)
     rows = _materialized_rows(spec.location(values))
     assert rows == sorted([(0, 10, "a"), (1, 20, "b")] * 3, key=repr)
