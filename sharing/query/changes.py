@@ -14,6 +14,7 @@ mapping are served in delta format.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -199,19 +200,27 @@ def _check_readable(
 class _CommitSigner:
     """Signs the files of one commit so that a file removed and added again (its deletion
     vector replaced) gets one URL: Delta readers pair such actions by path to work out
-    which rows changed, and two signatures made a moment apart would differ."""
+    which rows changed, and two signatures made a moment apart would differ.
+
+    The commit's batches (its adds, its removes, their deletion vectors) are formatted
+    ahead on a thread pool at once (sharing.query.batch_pipeline), so looking a key up and
+    signing it happen under one lock: otherwise two batches both miss the same key, each
+    signs it a millisecond apart, and the reader sees a whole file deleted and inserted
+    again instead of the rows its new deletion vector changed."""
 
     def __init__(self, signer: Signer) -> None:
         self._signer = signer
         self._signed: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
-        new = [k for k in dict.fromkeys(keys) if k not in self._signed]
-        if new:
-            signed = self._signer.sign(new)
-            for key, url in zip(new, signed.urls, strict=True):
-                self._signed[key] = (url, signed.expiration_ms)
-        found = [self._signed[k] for k in keys]
+        with self._lock:
+            new = [k for k in dict.fromkeys(keys) if k not in self._signed]
+            if new:
+                signed = self._signer.sign(new)
+                for key, url in zip(new, signed.urls, strict=True):
+                    self._signed[key] = (url, signed.expiration_ms)
+            found = [self._signed[k] for k in keys]
         return SignedUrls([url for url, _ in found], min(exp for _, exp in found))
 
 
