@@ -22,6 +22,7 @@ import pytest
 from bench.snapshot_load import write_table
 from sharing.errors import UnsupportedOperation
 from sharing.presign.local import LocalSigner
+from sharing.query import batch_pipeline
 from tests.support.corpus import CORPUS
 from tests.support.handlog import write_commit
 from tests.support.server import RunningServer, make_config, run_server
@@ -479,16 +480,20 @@ def signer_fails_on_second_batch(monkeypatch: pytest.MonkeyPatch) -> list[Except
     a cloud signer losing its credentials mid-response. Append to the list to choose the
     error; an OSError by default."""
     errors: list[Exception] = []
-    original = LocalSigner.sign
+    original = LocalSigner.sign_column  # what response bodies sign with (sign() calls it)
     calls = {"n": 0}
 
-    def sign(self: LocalSigner, keys: Any) -> Any:
+    def sign_column(self: LocalSigner, keys: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:
             raise errors[0] if errors else OSError("signing service unreachable")
         return original(self, keys)
 
-    monkeypatch.setattr(LocalSigner, "sign", sign)
+    monkeypatch.setattr(LocalSigner, "sign_column", sign_column)
+    # Batches signed one after the other, so the second call is the response's second
+    # batch (ahead of the writer they are signed on a pool in no fixed order; that a
+    # failure there ends the response at its batch is tests/sharing/query's to show).
+    monkeypatch.setattr(batch_pipeline, "FAST_AHEAD", 0)
     return errors
 
 

@@ -47,7 +47,9 @@ def remote(server: ConnectServer) -> Iterator[Any]:
     """The module's one Connect session (a client: the server runs the JVM)."""
     saved = {key: os.environ.get(key) for key in _CONNECT_ENV}
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    # Connect's own builder: pyspark.sql.SparkSession's refuses a remote session while the
+    # suite's local session (tests/clients/spark/conftest.py) runs in this process.
+    from pyspark.sql.connect.session import SparkSession
 
     from pipeline import register
 
