@@ -361,6 +361,17 @@ class TableService:
             snapshot = self.latest(shared)
             self._check_start_version(shared, snapshot.version)
             return ResolvedSnapshot(snapshot, time_travel=False)
+        table, version = self._asked_version(shared, version, timestamp)
+        snapshot = self.at_version(shared, version)
+        with self.errors(shared):
+            committed = history.commit_timestamp(table, version)
+        return ResolvedSnapshot(snapshot, time_travel=True, commit_timestamp=committed)
+
+    def _asked_version(
+        self, shared: SharedTable, version: int | None, timestamp: str | None
+    ) -> tuple[deltalog.DeltaTable, int]:
+        """The table's log and the version a time-travel request names (by number or by
+        timestamp), checked against the shared history."""
         require_history(shared)
         table = self.delta_table(shared)
         if version is None:
@@ -369,10 +380,7 @@ class TableService:
             with self.errors(shared):
                 version = history.version_at_or_before(table, ts)
         self._check_start_version(shared, version)
-        snapshot = self.at_version(shared, version)
-        with self.errors(shared):
-            committed = history.commit_timestamp(table, version)
-        return ResolvedSnapshot(snapshot, time_travel=True, commit_timestamp=committed)
+        return table, version
 
     def resolve_early(self, shared: SharedTable) -> ResolvedSnapshot | deltalog.SnapshotLoading:
         """`resolve` of the latest snapshot, except when the table has none in memory yet
@@ -463,14 +471,7 @@ class TableService:
             held = self._held_by(copy, snapshot)
             self._check_start_version(source, held)
             return ResolvedSnapshot(snapshot, time_travel=False, source_version=held)
-        require_history(source)
-        table = self.delta_table(source)
-        if version is None:
-            assert timestamp is not None
-            ts = parse_timestamp(timestamp)
-            with self.errors(source):
-                version = history.version_at_or_before(table, ts)
-        self._check_start_version(source, version)
+        table, version = self._asked_version(source, version, timestamp)
         snapshot = self.at_version(copy, self._copy_version_holding(copy, source, version))
         with self.errors(source):
             committed = history.commit_timestamp(table, version)
