@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import logging
 import mmap
@@ -63,7 +64,7 @@ from deltalog.commits import metadata_from_action
 from deltalog.errors import DeltaError
 from deltalog.file_chunks import CHUNK_ROWS, ChunkSink, FileChunks, flat, split_batches
 from deltalog.json_stats import stats_type, typed_stats, with_typed_stats
-from deltalog.loading import current_loading
+from deltalog.loading import SnapshotLoading, current_loading
 from deltalog.log_segment import LogListing, LogSegment, build_segment, list_log
 from deltalog.null_columns import null_array
 from deltalog.packed_stats import text_batch, text_schema
@@ -350,13 +351,13 @@ class StoredTable:
         snapshot = self._from_store(clock, max_commits)
         if snapshot is not None:
             return snapshot
-        busy = self._preview if current_loading() is not None else None
+        busy = functools.partial(self._preview, clock) if current_loading() is not None else None
         with self.store.building(self.identity, while_busy=busy):
             snapshot = self._from_store(clock, max_commits)  # written while we waited?
             if snapshot is not None:
                 return snapshot
             segment = build_segment(self.storage, self.table_root)
-            version = self._build(segment, clock)
+            version, announced = self._build(segment, clock)
             self.stored_version = version
             # Served from the file, like in every other process: the rows were streamed
             # into it, never all held in this process's memory.
@@ -371,23 +372,45 @@ class StoredTable:
                 verify=False,
             )
             if mapped is not None:
+                if announced is not None:
+                    announced.loaded(mapped)
                 return mapped
             return load_snapshot(self.storage, self.table_root, segment, clock=clock)
 
-    def _preview(self) -> None:
+    def _preview(self, clock: CommitClock) -> None:
         """Another process is building the snapshot: while this one waits for its file,
         the loading current here (deltalog.loading) is handed the first rows from this
         process's own read of the log, as far as it takes them (deltalog.snapshot
-        .preview). A failure only means the reader waits for the file."""
+        .preview). Should the file (or the commits replayed on it) not continue those
+        rows, the loading maps the stored file of the previewed version, if any, else
+        loads it from the log. A failure only means the reader waits for the file."""
         try:
-            preview(self.storage, build_segment(self.storage, self.table_root))
+            preview(
+                self.storage,
+                build_segment(self.storage, self.table_root),
+                clock=clock,
+                stored=lambda version: self._stored_at(version, clock),
+            )
         except DeltaError as exc:
             log.info("snapshot store: no rows ahead of the file (%s)", exc)
 
-    def _build(self, segment: LogSegment, clock: CommitClock) -> int:
-        """Write the snapshot of `segment` to the store; returns its version. A checkpoint
-        is streamed into the file row group by row group; a log without one (or whose
-        keys are not its paths: `file:` URIs) is loaded in memory and saved."""
+    def _stored_at(self, version: int, clock: CommitClock) -> Snapshot | None:
+        """The stored snapshot of exactly `version`, mapped, if the store holds it."""
+        listing = list_log(self.storage, self.table_root, after=version - 1)
+        return self.store.open(
+            self.identity,
+            version,
+            listing,
+            storage=self.storage,
+            table_root=self.table_root,
+            clock=clock,
+        )
+
+    def _build(self, segment: LogSegment, clock: CommitClock) -> tuple[int, SnapshotLoading | None]:
+        """Write the snapshot of `segment` to the store; returns its version and the
+        loading it announced its head to (deltalog.loading), if any. A checkpoint is
+        streamed into the file row group by row group; a log without one (or whose keys
+        are not its paths: `file:` URIs) is loaded in memory and saved."""
         version = segment.version
         if segment.commits and segment.commits[-1][0] == version:
             commit: FileInfo | None = segment.commits[-1][1]
@@ -397,25 +420,28 @@ class StoredTable:
         files = checkpoint.files if checkpoint and checkpoint.version == version else ()
         anchor = Anchor(commit, files)
         if checkpoint is not None:
-            try:
-                self.store._written(
+            announced: list[SnapshotLoading | None] = [None]
+
+            def write(tmp: Path) -> None:
+                announced[0] = _stream(
+                    tmp,
                     self.identity,
-                    version,
-                    lambda tmp: _stream(
-                        tmp,
-                        self.identity,
-                        self.storage,
-                        segment,
-                        anchor,
-                        typed_stats=self.store.typed_stats,
-                    ),
+                    self.storage,
+                    segment,
+                    anchor,
+                    clock=clock,
+                    typed_stats=self.store.typed_stats,
                 )
-                return version
+
+            try:
+                self.store._written(self.identity, version, write)
+                return version, announced[0]
             except _KeysNeeded:
                 pass
+        # load_snapshot tells a loading it announced to its snapshot itself.
         built = load_snapshot(self.storage, self.table_root, segment, clock=clock)
         self.store.save(self.identity, built, anchor)
-        return version
+        return version, None
 
     def _from_store(self, clock: CommitClock, max_commits: int) -> Snapshot | None:
         versions = self.store.versions(self.identity)
@@ -647,21 +673,24 @@ def _stream(
     segment: LogSegment,
     anchor: Anchor,
     *,
+    clock: CommitClock,
     typed_stats: bool = False,
-) -> None:
+) -> SnapshotLoading | None:
     """The snapshot of `segment` (which has a checkpoint), to `path`, streaming the
     checkpoint: the commits are read first (they are small) to know which keys they
     touch, then each checkpoint row group is filtered, compacted (ChunkSink) and written
     as it is read, and the commits' winning adds follow. What deltalog.snapshot's
     load_snapshot would hold in memory, row for row and chunk for chunk (with
-    `typed_stats`, plus typed statistics where the checkpoint has JSON ones only)."""
+    `typed_stats`, plus typed statistics where the checkpoint has JSON ones only).
+    Returns the loading current in this context if it took this load's head and rows
+    (deltalog.loading), to be told the snapshot mapped from the file."""
     checkpoint = segment.checkpoint
     assert checkpoint is not None
     reader = CheckpointReader(storage, segment.table_root, checkpoint)
     before = reader.metadata() if segment.commits else None
     commits = read_commits(storage, segment.table_root, segment.commits, before)
     won = commit_winners(commits)
-    publish = announce(reader, segment, commits, won)
+    publish = announce(reader, segment, commits, won, clock=clock)
     schema = reader.adds_schema
     typed: pa.StructType | None = None
     if typed_stats and STATS_PARSED not in schema.names:
@@ -718,6 +747,7 @@ def _stream(
                 commits[-1].in_commit_timestamp if commits else None,
             ),
         )
+    return publish
 
 
 def _typed(batch: pa.RecordBatch, struct: pa.StructType) -> pa.RecordBatch:
