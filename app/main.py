@@ -39,6 +39,7 @@ from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
 from sharing.iceberg.files import cache_directory
 from sharing.iceberg.generator import IcebergMetadata
+from sharing.presign import signing_helper
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
@@ -91,6 +92,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         lifespan=_lifespan,
     )
     tokens = TokenCodec(config.signing_secret)
+    signing_helper.HELPER.enabled = config.signing_helper
     app.state.config = config
     app.state.tokens = tokens
     app.state.recipients = open_recipients(config)

@@ -710,6 +710,9 @@ class ServerConfig(Section):
     config_reload_poll_seconds: NonNegative = 5
     # Worker processes of `lakeshare serve` (0: one per CPU core; the demo: 1).
     workers: NonNegative = 0
+    # Big batches of S3 URLs signed in a helper process per worker, off its GIL
+    # (sharing.presign.signing_helper); false: in the worker's own threads.
+    signing_helper: Boolean = True
     # Shared memory-mapped snapshot files (deltalog.snapshot_store); unset: `lakeshare
     # serve` picks a per-user directory under the system's temporary directory; "off": none.
     snapshot_cache_dir: Annotated[OptionalText, AfterValidator(_stripped_or_none)] = None
