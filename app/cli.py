@@ -15,7 +15,7 @@ import socket
 import ssl as stdlib_ssl
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +28,10 @@ from app.terminal import stdout_gone
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 from sharing.store import StoreError
 
-if TYPE_CHECKING:  # imported with the server, after the configuration is read
-    from app.balancing import WorkerSlot
+if TYPE_CHECKING:
+    from app.balancing import WorkerSlot  # imported with the server, after the config
+    from sharing.catalog import SharedTable
+    from sharing.tables import TableService
 
 __all__ = ["build_parser", "main"]
 
@@ -436,10 +438,13 @@ def _check(args: argparse.Namespace) -> int:
     except StoreError as exc:
         warnings.append(f"the store's shares were not checked: {exc}")
         checked = config
-    reports = check_tables(
-        TableService(config), configured_tables(checked), timeout_seconds=args.timeout
-    )
+    service = TableService(config)
+    reports = check_tables(service, configured_tables(checked), timeout_seconds=args.timeout)
     errors = _check_directories(config)
+    if config.iceberg.azure_metadata_in_table_folder:
+        azure_warnings, azure_errors = _check_azure_iceberg(service, configured_tables(checked))
+        warnings += azure_warnings
+        errors += azure_errors
     if args.format == "json":
         document = {
             "warnings": warnings,
@@ -469,6 +474,50 @@ def _check_directories(config: ServerConfig) -> list[str]:
     if problem is None:
         return []
     return [f"iceberg.cacheDir: the Iceberg metadata cache {directory} is not writable ({problem})"]
+
+
+def _check_azure_iceberg(
+    service: TableService, tables: Iterable[SharedTable]
+) -> tuple[list[str], list[str]]:
+    """With `iceberg.azureMetadataInTableFolder`, what each Azure table shared whole with
+    its history gets from the Iceberg catalog: a warning when no SAS can be limited to it
+    (it is answered without credentials), an error when the server cannot write into its
+    `_lakeshare_iceberg/` folder (loadTable would fail)."""
+    from deltalog.storage.kinds import StorageKind
+    from sharing.credentials.vending import vending_support
+    from sharing.errors import SharingError
+    from sharing.iceberg.generator import AZURE_METADATA_FOLDER
+    from sharing.iceberg.publish import probe_write
+
+    key = "iceberg.azureMetadataInTableFolder"
+    warnings: list[str] = []
+    errors: list[str] = []
+    for shared in tables:
+        if shared.is_view or not shared.config.location.lower().startswith(("abfs", "wasb")):
+            continue
+        if shared.config.partition_filter is not None or not shared.config.history_shared:
+            continue  # never vended (the table's own report says why)
+        try:
+            storage = service.delta_table(shared).storage
+        except SharingError:
+            continue  # the table's report has the problem
+        if storage.kind is not StorageKind.AZURE:
+            continue
+        support = vending_support(shared, storage)
+        if not support.possible:
+            warnings.append(
+                f"{key}: table {shared.full_name} is answered without credentials: "
+                f"{support.reason} {support.detail}".strip()
+            )
+            continue
+        folder = f"{shared.config.location.rstrip('/')}/{AZURE_METADATA_FOLDER}"
+        problem = probe_write(storage, folder)
+        if problem is not None:
+            errors.append(
+                f"{key}: table {shared.full_name}: the server cannot write its generated "
+                f"Iceberg metadata into {folder}/ ({problem})"
+            )
+    return warnings, errors
 
 
 def _check_table_text(reports: Sequence[Any]) -> str:
