@@ -14,6 +14,8 @@ request:
   no complete body `bodyReadTimeoutSeconds` after the headers -> closed; a connection
   silent for `idleTimeoutSeconds` (also right after it opens) -> closed;
 - more than `maxConnections` open connections -> 503 with Retry-After, closed at once;
+- file bodies: ASGI's `http.response.zerocopysend` extension, advertised on plain TCP
+  connections, sends a file with `os.sendfile` (app.zero_copy);
 - a response that closes the connection while its request body is still arriving (the
   413 of `app.limits`) is a lingering close: the response and our FIN go out, then what
   the client still sends is read and discarded, up to `drainBodyBytes` and
@@ -36,10 +38,16 @@ from typing import Any
 import httptools
 import orjson
 import uvicorn
-from starlette.types import ASGIApp
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+from uvicorn.protocols.utils import is_ssl
 
 from app.balancing import BalancedServer, WorkerSlot
+from app.zero_copy import EXTENSION, FileSender
 from sharing.config import LimitsConfig
 
 __all__ = ["build_server", "limited_protocol", "refusal_bytes", "run"]
@@ -88,11 +96,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._lingering = False  # the response is out; the unread body is being discarded
         self._drained_bytes = 0
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._file_sender: FileSender | None = None
 
     # --- connection --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        # Under TLS, the transport encrypts: no byte may bypass it.
+        if self.limits.sendfile and sock is not None and not is_ssl(transport):
+            self._file_sender = FileSender(sock.fileno(), transport)
         if len(self.connections) > self.limits.max_connections:
             log.warning(
                 "refused a connection: %d open, maxConnections is %d",
@@ -175,6 +188,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._file_sender is not None:
+            self.scope["extensions"] = {EXTENSION: {}}
         self._head_bytes = 0
         self._header_count = 0
         self._head_pending = True
@@ -222,6 +237,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._body_timer = None
         self._awaiting_head = True
         super().on_message_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        sender = self._file_sender
+        if sender is not None:
+            app = _with_file_sender(app, sender, cycle)
+        super()._start_asgi_task(cycle, app)
 
     def on_response_complete(self) -> None:
         if self._lingering:  # no keep-alive timer, no pipelined request: only the drain
@@ -338,6 +359,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._refusal is not None and (self.cycle is None or self.cycle.response_complete):
             self.transport.write(self._refusal)
         self.transport.close()
+
+
+def _with_file_sender(app: Any, sender: FileSender, cycle: RequestResponseCycle) -> Any:
+    """`app` with a `send` that hands `zerocopysend` messages of `cycle` to `sender`."""
+
+    async def send(message: Message) -> None:
+        if message["type"] == EXTENSION:
+            await sender.send(cycle, message)  # type: ignore[arg-type]
+        else:
+            await cycle.send(message)  # type: ignore[arg-type]
+
+    async def run(scope: Scope, receive: Receive, _: Send) -> None:
+        await app(scope, receive, send)
+
+    return run
 
 
 class _LingeringTransport:

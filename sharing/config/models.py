@@ -340,6 +340,9 @@ class LimitsConfig(Section):
     max_concurrent_expensive_requests: Positive = 16
     max_queued_requests: NonNegative = 256
     queue_timeout_seconds: Positive = 10
+    # Local files' bodies (signed file URLs, the S3 endpoint) go from the file to the socket
+    # with sendfile on plain HTTP connections (app.zero_copy); false: through the process.
+    sendfile: bool = True
 
 
 class MetricsConfig(Section):
