@@ -19,13 +19,23 @@ snapshot at the row it had reached, which holds the same rows in the same order.
 reads a checkpoint far faster than a response is written, so a reader rarely catches up
 with it.) The rows handed out and the finished snapshot's are checked to line up, so a
 reader never sends a mix of two versions.
+
+The snapshot a load finishes with need not be the one its head announced: the head may
+come from another caller's load of the same table (whose listing ran before a commit the
+finishing call saw), or from a preview read while another process built the store file
+(which may hold another version, or the same version built from another checkpoint, its
+files in another order). So the reader continues from the first snapshot that lines up
+with what it streamed (same version, same file count, the rows it sent as its first
+rows): the load's result, else the announcing load's own snapshot (`loaded`), else one
+rebuilt from the very log segment the head was read from (`begin`'s `rebuild`), which
+holds the same rows in the same order by construction.
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,6 +53,10 @@ __all__ = ["SnapshotHead", "SnapshotLoading", "current_loading", "observing"]
 
 # How far (in rows) the reader may fall behind before the load stops handing it batches.
 MAX_BACKLOG_ROWS = 65_536
+
+# Snapshots of the announced version read from the announced log segment, cheapest first
+# (a store file, then a load of the log), each made only when the one before does not do.
+Rebuild = Callable[[], Iterable["Snapshot"]]
 
 
 @dataclass(frozen=True)
@@ -78,17 +92,25 @@ class SnapshotLoading:
         self._done = False
         self._snapshot: Snapshot | None = None
         self._error: BaseException | None = None
+        self._own: Snapshot | None = None  # the announcing load's snapshot
+        self._rebuild: Rebuild | None = None
+        self._continued: Snapshot | None = None  # what readers continue from, once found
+        self._continue_lock = threading.Lock()
         self.handed_out = 0  # batches readers took from the load (for tests)
+        self.rebuilt = 0  # snapshots rebuilt for readers (for tests)
 
     # -- the loading side -----------------------------------------------------------
 
-    def begin(self, head: SnapshotHead) -> bool:
+    def begin(self, head: SnapshotHead, rebuild: Rebuild | None = None) -> bool:
         """Announce the head; False when a head was announced already (a second load in
-        the same context, e.g. a fallback after a failed write, publishes nothing)."""
+        the same context, e.g. a fallback after a failed write, publishes nothing).
+        `rebuild` gives the snapshot of the log segment the head was read from, should
+        the load finish with another (module docstring)."""
         with self._cond:
             if self._head is not None or self._done:
                 return False
             self._head = head
+            self._rebuild = rebuild
             self._cond.notify_all()
             return True
 
@@ -111,6 +133,11 @@ class SnapshotLoading:
         """Whether more rows would be kept (not past `max_rows`, not finished)."""
         with self._cond:
             return not (self._cut or self._done)
+
+    def loaded(self, snapshot: Snapshot) -> None:
+        """The snapshot the load that announced the head built (after its last batch)."""
+        with self._cond:
+            self._own = snapshot
 
     def finish(self, snapshot: Snapshot) -> None:
         with self._cond:
@@ -152,12 +179,12 @@ class SnapshotLoading:
             return self._snapshot
 
     def files(self, max_rows: int) -> Iterator[pa.RecordBatch]:
-        """Every file of the snapshot in order, in batches of at most `max_rows` rows:
-        those handed out while loading, then the finished snapshot's from there on (a
-        reader of its own each call, from the first row)."""
-        sent = 0
+        """Every file of the announced version in order, in batches of at most `max_rows`
+        rows: those handed out while loading, then the rest from the first snapshot that
+        continues them (module docstring); a reader of its own each call, from the first
+        row."""
+        sent: list[pa.Array] = []
         taken = 0
-        last_path: str | None = None
         while True:
             with self._cond:
                 while taken == len(self._batches) and not self._cut and not self._done:
@@ -170,20 +197,75 @@ class SnapshotLoading:
                 break
             for start in range(0, batch.num_rows, max_rows):
                 yield batch.slice(start, max_rows)
-            sent += batch.num_rows
-            last_path = batch.column("path")[batch.num_rows - 1].as_py()
-        snapshot = self.result()
-        files = snapshot.files
+            sent.append(batch.column("path"))
+        files = self._continuing(sent).files
+        yield from files.slice(sum(len(p) for p in sent)).to_batches(max_chunksize=max_rows)
+
+    def _continuing(self, sent: list[pa.Array]) -> Snapshot:
+        """The snapshot whose files continue the paths `sent` (their first rows): found
+        once, for every reader (they all went through the same handed-out rows)."""
+        try:
+            finished: Snapshot | None = self.result()
+        except Exception:
+            if self._own is None:
+                raise
+            finished = None
         head = self._head
-        if (
-            (head is not None and snapshot.version != head.version)
-            or sent > files.num_rows
-            or (sent and files.column("path")[sent - 1].as_py() != last_path)
-        ):
+        if head is None:  # nothing was streamed ahead: the result is the answer
+            assert finished is not None
+            return finished
+        with self._continue_lock:
+            if self._continued is None:
+                self._continued = self._lining_up(head, finished, sent)
+            continued = self._continued
+        if not _continues(continued, head, sent):
             raise LoadMismatchError(
-                f"the snapshot's files do not continue the {sent} rows streamed while it loaded"
+                f"the snapshot's files do not continue the {len(sent)} batches streamed"
+                " while it loaded"
             )
-        yield from files.slice(sent).to_batches(max_chunksize=max_rows)
+        return continued
+
+    def _lining_up(
+        self, head: SnapshotHead, finished: Snapshot | None, sent: list[pa.Array]
+    ) -> Snapshot:
+        """The load's result, its announcing load's snapshot, or a rebuild of the
+        announced segment: the first that continues `sent`."""
+        for candidate in (finished, self._own):
+            if candidate is not None and _continues(candidate, head, sent):
+                return candidate
+        if self._rebuild is None:
+            raise LoadMismatchError(
+                f"the load finished with version {finished.version if finished else None},"
+                f" not the announced {head.version}, and cannot rebuild it"
+            )
+        last: Snapshot | None = None
+        for candidate in self._rebuild():
+            self.rebuilt += 1
+            last = candidate
+            if _continues(candidate, head, sent):
+                return candidate
+        raise LoadMismatchError(
+            f"no snapshot of version {head.version} continues the rows streamed"
+            f" (last tried: {last!r})"
+        )
+
+
+def _continues(snapshot: Snapshot, head: SnapshotHead, sent: list[pa.Array]) -> bool:
+    """Whether `snapshot` is the announced version with the paths `sent` as its first
+    files, in that order."""
+    files = snapshot.files
+    count = sum(len(p) for p in sent)
+    if snapshot.version != head.version or files.num_rows != head.num_files:
+        return False
+    if count > files.num_rows:
+        return False
+    if not count:
+        return True
+    paths = files.column("path").slice(0, count)
+    streamed = pa.chunked_array(sent, type=sent[0].type)
+    if streamed.type != paths.type:
+        streamed = streamed.cast(paths.type)
+    return bool(paths.equals(streamed))
 
 
 _current: contextvars.ContextVar[SnapshotLoading | None] = contextvars.ContextVar(

@@ -12,7 +12,7 @@ looked up on first use, so loading a snapshot never lists more than its log segm
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +37,9 @@ from deltalog.replay import (
 )
 from deltalog.storage.base import FileInfo, Storage
 
+if TYPE_CHECKING:  # the store imports this module
+    from deltalog.snapshot_store import StoredPaths
+
 CommitClock = Callable[[int, int | None], int]
 """clock(version, in-commit timestamp already read from that commit or None) -> the
 version's commit timestamp in ms (deltalog.history's definition)."""
@@ -56,6 +59,7 @@ class Snapshot:
         "metadata",
         "protocol",
         "storage",
+        "stored_paths",
         "table_root",
         "txns",
         "version",
@@ -75,8 +79,12 @@ class Snapshot:
         domain_metadata: dict[str, dict[str, Any]],
         checkpoint_version: int | None = None,
         in_commit_timestamp: int | None = None,
+        stored_paths: StoredPaths | None = None,
     ) -> None:
         protocol, metadata = require_readable(version, protocol, metadata)
+        # The store file this snapshot (or the base it followed commits from) was mapped
+        # from: columns derived from its paths are shared between processes through it.
+        self.stored_paths = stored_paths
         self.storage = storage
         self.table_root = table_root
         self.version = version
@@ -159,6 +167,7 @@ class Snapshot:
             domain_metadata=domains,
             checkpoint_version=self.checkpoint_version,
             in_commit_timestamp=commits[-1].in_commit_timestamp,
+            stored_paths=self.stored_paths,
         )
 
     def with_files(self, active: FileChunks) -> Snapshot:
@@ -176,6 +185,7 @@ class Snapshot:
             domain_metadata=dict(self.domain_metadata),
             checkpoint_version=self.checkpoint_version,
             in_commit_timestamp=self._in_commit_timestamp,
+            stored_paths=self.stored_paths,
         )
 
     def __repr__(self) -> str:
@@ -270,7 +280,7 @@ def load_snapshot(
     before = reader.metadata() if segment.commits else None
     commits = read_commits(storage, table_root, segment.commits, before)
     won = commit_winners(commits)
-    publish = announce(reader, segment, commits, won)
+    publish = announce(reader, segment, commits, won, clock=clock)
     schema = files_schema(packed_schema(reader.adds_schema) if packed else reader.adds_schema)
     rows = CheckpointRows(reader, won, pack=packed, first_alone=publish is not None)
     batches: list[pa.RecordBatch] = []
@@ -298,7 +308,7 @@ def load_snapshot(
     domains = {k: v for k, v in cp.domain_metadata.items() if not v.get("removed")}
     txns = dict(cp.txns)
     protocol, metadata = fold_actions(commits, cp.protocol, cp.metadata, txns, domains)
-    return Snapshot(
+    snapshot = Snapshot(
         storage=storage,
         table_root=table_root,
         version=commits[-1].version if commits else cp.version,
@@ -311,19 +321,31 @@ def load_snapshot(
         checkpoint_version=cp.version,
         in_commit_timestamp=commits[-1].in_commit_timestamp if commits else None,
     )
+    if publish is not None:
+        publish.loaded(snapshot)
+    return snapshot
 
 
-def preview(storage: Storage, segment: LogSegment) -> None:
+def preview(
+    storage: Storage,
+    segment: LogSegment,
+    *,
+    clock: CommitClock,
+    stored: Callable[[int], Snapshot | None] | None = None,
+) -> None:
     """Hand the loading current in this context the head and first rows of `segment`'s
     snapshot, read as `load_snapshot` reads them, until it takes no more; nothing is
-    kept (another process is building the snapshot: deltalog.snapshot_store)."""
+    kept (another process is building the snapshot: deltalog.snapshot_store). Should
+    the load finish with a snapshot that does not continue these rows, the loading
+    rebuilds the segment's: `stored(version)` first (the other process's file, mapped,
+    when it has that version), else loaded from the log."""
     if segment.checkpoint is None:
         return
     reader = CheckpointReader(storage, segment.table_root, segment.checkpoint)
     before = reader.metadata() if segment.commits else None
     commits = read_commits(storage, segment.table_root, segment.commits, before)
     won = commit_winners(commits)
-    publish = announce(reader, segment, commits, won)
+    publish = announce(reader, segment, commits, won, clock=clock, stored=stored)
     if publish is None:
         return
     for batch, _ in CheckpointRows(reader, won, pack=False, first_alone=True).adds():
@@ -398,11 +420,16 @@ def announce(
     segment: LogSegment,
     commits: Sequence[CommitActions],
     won: CommitWinners | None,
+    *,
+    clock: CommitClock,
+    stored: Callable[[int], Snapshot | None] | None = None,
 ) -> SnapshotLoading | None:
     """Tell the `SnapshotLoading` current in this context (if any) the head of the
     snapshot being loaded; returns it when it takes this load's rows. The protocol and
     metadata are the last commit's that has them, else the checkpoint's (read ahead);
-    the figures come from the checkpoint's path, size and deletion vector columns."""
+    the figures come from the checkpoint's path, size and deletion vector columns. The
+    loading is also told how to rebuild this segment's snapshot (`stored(version)`, a
+    store's file of the version, first), for when its load finishes with another."""
     loading = current_loading()
     if loading is None:
         return None
@@ -425,4 +452,13 @@ def announce(
         size_in_bytes=figures.size,
         deletion_vectors=figures.deletion_vectors,
     )
-    return loading if loading.begin(head) else None
+    storage, table_root = reader.storage, segment.table_root
+
+    def rebuild() -> Iterator[Snapshot]:
+        if stored is not None:
+            mapped = stored(segment.version)
+            if mapped is not None:
+                yield mapped
+        yield load_snapshot(storage, table_root, segment, clock=clock)
+
+    return loading if loading.begin(head, rebuild) else None

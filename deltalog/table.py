@@ -191,6 +191,11 @@ class DeltaTable:
                 return newest
         return build_segment(self.storage, self.table_root, hint=False).latest_version
 
+    def has_version_after(self, version: int) -> bool:
+        """Whether the log holds a version newer than `version`: one listing, without
+        waiting for a load of the table under way (it holds the table's lock)."""
+        return list_log(self.storage, self.table_root, after=version).latest_version is not None
+
     def exists(self) -> bool:
         """Whether a Delta table is at this location (its log has a version)."""
         try:

@@ -155,6 +155,7 @@ class TableService:
         self._lock = threading.Lock()
         # Cold loads of latest snapshots under way, for requests to stream from.
         self._loadings: dict[_TableKey, deltalog.SnapshotLoading] = {}
+        self._loading_began: dict[_TableKey, float] = {}  # time.monotonic() at registration
         self._views_location = config.views.location
         self._retry_after = config.views.refresh_interval_seconds
         # Per copy location: the source version each copy version read so far holds.
@@ -236,6 +237,7 @@ class TableService:
                 return None
             loading = deltalog.SnapshotLoading()
             self._loadings[location] = loading
+            self._loading_began[location] = time.monotonic()
             return loading
 
     def _latest_loaded(
@@ -281,6 +283,7 @@ class TableService:
         with self._lock:
             if self._loadings.get(location) is loading:
                 del self._loadings[location]
+                self._loading_began.pop(location, None)
 
     def fresh_latest(self, shared: SharedTable) -> deltalog.Snapshot | None:
         """What `latest` would answer when it can be had without I/O or waiting (a table
@@ -391,7 +394,13 @@ class TableService:
         reading a checkpoint (a store file, a concurrent request's load, a log without
         a checkpoint) announces no head: its snapshot is returned when it is done. Either
         way the load ends in `latest`'s bookkeeping, so the next request finds it. A
-        compatible copy is resolved as always (its versions are told as the source's)."""
+        compatible copy is resolved as always (its versions are told as the source's).
+
+        A request joining a load registered longer than the refresh window before it
+        arrived is held to what `latest` promises (it sees every commit completed before
+        it arrived, `refreshWindowMs`): when one listing shows a version newer than the
+        load's, it waits for the load and is answered by the refresh after it."""
+        arrived = time.monotonic()
         if shared.source is not None:
             return self.resolve(shared, version=None, timestamp=None)
         table = self.delta_table(shared)
@@ -399,9 +408,11 @@ class TableService:
         with self._lock:
             cached = self._latest.get(location)
             loading = self._loadings.get(location)
+            began = self._loading_began.get(location)
         if table.has_latest or (self._stale_ok and cached is not None):
             return self.resolve(shared, version=None, timestamp=None)
         if loading is None:
+            began = None  # our own load lists the log after we arrived
             loading = self._begin_loading(location, table)
             if loading is None:  # loaded, or another request's load began, meanwhile
                 return self.resolve_early(shared)
@@ -418,6 +429,11 @@ class TableService:
             snapshot = loading.result()
             self._check_start_version(shared, snapshot.version)
             return ResolvedSnapshot(snapshot, time_travel=False)
+        if began is not None and not self._stale_ok and began <= arrived - self._refresh_window:
+            with self.errors(shared):
+                newer = table.has_version_after(head.version)
+            if newer:
+                return self.resolve(shared, version=None, timestamp=None)
         self._check_start_version(shared, head.version)
         return loading
 

@@ -7,7 +7,13 @@ metadata, file count and size, from the commits after the checkpoint and three n
 checkpoint columns); the response's head lines are written from it, then the files, in
 snapshot order, batch by batch as the checkpoint's row groups are read. The response is
 the one the finished snapshot gives, byte for byte apart from the signatures' times:
-same `Delta-Table-Version`, same head lines, same files in the same order.
+same `Delta-Table-Version`, same head lines, same files in the same order. That holds
+when other loads of the table run at the same time (another request's in this process,
+another worker building the store file, a commit landing in between): the rows sent
+first fix the version and the order, and the rest comes from a snapshot that continues
+them exactly (deltalog.loading), rebuilt from the same log segment if the load under way
+ended with another; a request joining a load listed before a commit it must see is
+answered after it (sharing.tables.TableService.resolve_early).
 
 Which requests stream early (`streams_early`), and why the others wait for the finished
 snapshot as before:

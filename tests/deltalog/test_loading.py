@@ -81,3 +81,38 @@ def test_a_load_without_a_head_hands_over_its_snapshot_or_error() -> None:
     loading.fail(ValueError("no such table"))
     with pytest.raises(ValueError, match="no such table"):
         loading.wait_head()
+
+
+def test_a_load_finishing_with_another_version_is_continued_from_the_announced_one() -> None:
+    """The head came from one load (version 2), the loading was finished with another
+    snapshot (version 1: a later call's, as when a sibling's load announced): the reader
+    continues from the announcing load's own snapshot, all of version 2, in order."""
+    table = DeltaTable(str(corpus_table(TABLE)))
+    loading = SnapshotLoading(max_rows=1)
+    with observing(loading):
+        announced = table.snapshot()
+    loading.finish(DeltaTable(str(corpus_table(TABLE))).snapshot(1))
+    paths = [p for b in loading.files(4) for p in b.column("path").to_pylist()]
+    assert paths == announced.files.column("path").to_pylist()
+    assert loading.rebuilt == 0
+
+
+def test_a_preview_finishing_with_another_version_is_rebuilt_from_its_segment() -> None:
+    """A preview (another process builds the snapshot) announced version 2 and handed
+    out its first rows but built nothing; the load finished with version 1: the reader
+    gets version 2 rebuilt from the very log segment the preview read."""
+    from deltalog.log_segment import build_segment
+    from deltalog.snapshot import preview
+
+    table = DeltaTable(str(corpus_table(TABLE)))
+    loading = SnapshotLoading(max_rows=1)
+    with observing(loading):
+        preview(
+            table.storage,
+            build_segment(table.storage, table.table_root),
+            clock=table._commit_timestamp,
+        )
+    loading.finish(DeltaTable(str(corpus_table(TABLE))).snapshot(1))
+    paths = [p for b in loading.files(4) for p in b.column("path").to_pylist()]
+    assert paths == table.snapshot().files.column("path").to_pylist()
+    assert loading.rebuilt == 1

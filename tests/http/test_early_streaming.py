@@ -360,7 +360,9 @@ def test_a_request_streams_from_a_load_already_under_way(monkeypatch: pytest.Mon
     """A query arriving while the table is being loaded by someone else (the start-up
     table check of `lakeshare serve`, or another request) streams from that load rather
     than waiting for it: its first rows come while the last checkpoint part's statistics
-    are still unread (the same gated real storage as above)."""
+    are still unread (the same gated real storage as above). With `refreshWindowMs: 0`
+    the joining request first lists the log for a newer version (tests/http
+    /test_early_races.py), which must not wait for the load either."""
     from deltalog import SnapshotLoading
     from sharing.table_check import configured_tables
 
@@ -376,7 +378,7 @@ def test_a_request_streams_from_a_load_already_under_way(monkeypatch: pytest.Mon
         return wrapped[-1], table_root
 
     monkeypatch.setattr(sharing.tables, "resolve", resolve)
-    config = _config([{"name": "t", "location": str(root)}], None)
+    config = _config([{"name": "t", "location": str(root)}], None, refreshWindowMs=0)
     service = sharing.tables.TableService(config)
     shared = next(iter(configured_tables(config)))
     checker = threading.Thread(target=service.latest, args=(shared,), daemon=True)
