@@ -39,6 +39,7 @@ from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
 from sharing.iceberg.files import cache_directory
 from sharing.iceberg.generator import IcebergMetadata
+from sharing.presign import signing_helper
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
@@ -91,6 +92,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         lifespan=_lifespan,
     )
     tokens = TokenCodec(config.signing_secret)
+    signing_helper.HELPER.enabled = config.signing_helper
     app.state.config = config
     app.state.tokens = tokens
     app.state.recipients = open_recipients(config)
@@ -123,7 +125,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     # Iceberg metadata generated for the catalog routes (app.routes.iceberg).
     app.state.iceberg_metadata = IcebergMetadata(
-        cache_directory(config), app.state.tables, config.iceberg.metadata_location
+        cache_directory(config),
+        app.state.tables,
+        config.iceberg.metadata_location,
+        azure_in_table_folder=config.iceberg.azure_metadata_in_table_folder,
     )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))

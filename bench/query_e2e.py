@@ -21,6 +21,10 @@ share a GIL), sampling the server's memory meanwhile: goal each of the N within 
 one alone, the server's memory (proportional set size of all its processes, mapped
 snapshot pages included) under 2x the snapshot's store file.
 
+`--compare-signing` then serves the S3 table from two servers at once, one signing in its
+signing helper processes (the default) and one in its workers (`signingHelper: false`),
+and alternates their runs: the old and the new way in the same load, wall and CPU time.
+
 Baseline in the same run: botocore's `generate_presigned_url` for the same number of keys
 (timed on a share and extrapolated). The load average is printed before and after.
 """
@@ -90,6 +94,7 @@ def write_config(
     snapshot_cache: bool,
     cache_dir: Path | None = None,
     only: str | None = None,
+    signing_helper: bool = True,
 ) -> None:
     tables = [
         {
@@ -115,6 +120,7 @@ def write_config(
         "requestTimeoutSeconds": 0,
         "logLevel": "WARNING",
         "shares": [{"name": "bench", "schemas": [{"name": "s", "tables": tables}]}],
+        "signingHelper": signing_helper,
     }
     if not snapshot_cache:
         config["snapshotCacheDir"] = "off"  # snapshots loaded in memory: statistics packed
@@ -174,16 +180,23 @@ def timed_query(client: httpx.Client, base: str, table: str, fmt: str) -> tuple[
     return first or total, total, lines
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and all its descendants (the server's workers and their signing helpers), Linux."""
+    found = [pid]
+    for each in found:  # children are listed by the thread that started them
+        for task in Path(f"/proc/{each}/task").glob("*/children"):
+            try:
+                found += [int(p) for p in task.read_text().split()]
+            except OSError:
+                continue
+    return found
+
+
 def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its children (the server's workers), Linux."""
+    """User + system CPU of a process and its descendants (the server's workers and their
+    signing helpers), Linux."""
     total = 0.0
-    pids = [pid]
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            pids += [int(p) for p in handle.read().split()]
-    except OSError:
-        pass
-    for each in pids:
+    for each in descendants(pid):
         try:
             with open(f"/proc/{each}/stat") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
@@ -294,12 +307,8 @@ def load_average() -> str:
 
 
 def server_pids(server: subprocess.Popen[bytes]) -> list[int]:
-    """The supervisor and its worker processes."""
-    children = Path(f"/proc/{server.pid}/task/{server.pid}/children")
-    try:
-        return [server.pid, *map(int, children.read_text().split())]
-    except OSError:
-        return [server.pid]
+    """The supervisor, its worker processes and their signing helpers."""
+    return descendants(server.pid)
 
 
 def memory_bytes(pids: list[int]) -> tuple[int, int]:
@@ -370,13 +379,22 @@ def fresh_config(
     name: str,
     snapshot_cache: bool,
     only: str | None = None,
+    signing_helper: bool = True,
 ) -> Path:
     """A configuration whose snapshot store is a new empty folder (sharing only the table
     `only` when given)."""
     cache = workdir / f"snapshots-{name}"
     shutil.rmtree(cache, ignore_errors=True)
     config = workdir / f"config-{name}.yaml"
-    write_config(config, endpoint, table, snapshot_cache, cache_dir=cache, only=only)
+    write_config(
+        config,
+        endpoint,
+        table,
+        snapshot_cache,
+        cache_dir=cache,
+        only=only,
+        signing_helper=signing_helper,
+    )
     return config
 
 
@@ -404,6 +422,48 @@ def warm_queries(
     finally:
         stop(server, signal.SIGINT)
     return cells
+
+
+def compare_signing(args: argparse.Namespace, workdir: Path, endpoint: str, table: Path) -> None:
+    """The S3 table's warm responses from two servers at once, one signing in its signing
+    helper processes and one in its workers (`signingHelper: false`), runs alternated so
+    both see the same load: wall time and the server's CPU (helpers included), medians."""
+    servers = {}
+    try:
+        for helper in (True, False):
+            name = "helper" if helper else "in-worker"
+            config = fresh_config(
+                workdir, endpoint, table, name, not args.no_snapshot_cache, "s3", helper
+            )
+            servers[helper] = start_server(config, workdir)
+        for _, server in servers.values():
+            wait_idle(server.pid)
+        cells = {(helper, fmt): Warm() for helper in servers for fmt in FORMATS}
+        with httpx.Client(timeout=600) as client:
+            for (helper, fmt), _ in cells.items():
+                check_lines(timed_query(client, servers[helper][0], "s3", fmt)[2], args.files)
+            for fmt in FORMATS:
+                for _ in range(args.runs):
+                    for helper, (base, server) in servers.items():
+                        cell = cells[(helper, fmt)]
+                        before = tree_cpu_seconds(server.pid)
+                        _, total, lines = timed_query(client, base, "s3", fmt)
+                        cell.cpu.append(tree_cpu_seconds(server.pid) - before)
+                        check_lines(lines, args.files)
+                        cell.total.append(total)
+    finally:
+        for _, server in servers.values():
+            stop(server, signal.SIGINT)
+    print(f"\nS3 signing, same run, runs alternated (median of {args.runs}):\n")
+    print("| format | signed in | warm total | server CPU (helpers included) |")
+    print("|---|---|---|---|")
+    for (helper, fmt), cell in sorted(cells.items(), key=lambda item: item[0][1]):
+        total = median(cell.total)
+        print(
+            f"| {fmt} | {'helper process' if helper else 'worker (signingHelper: false)'} | "
+            f"{total:.2f} s ({args.files / total / 1000:,.0f}k files/s) | "
+            f"{median(cell.cpu):.2f} s |"
+        )
 
 
 def check_lines(lines: int, files: int) -> None:
@@ -472,20 +532,20 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
         base, server = start_server(config, workdir)
         try:
             wait_idle(server.pid)
-            pids = server_pids(server)
             for fmt in FORMATS:  # load the snapshot and hash both id schemes
                 curl_seconds(curl_query(base, name, fmt))
-            snapshot = sum(
-                f.stat().st_size
-                for f in (workdir / f"snapshots-concurrent-{name}").rglob("*")
-                if f.is_file()
-            )
+            # The goal's yardstick is the snapshot's store file alone; the file-id sidecars
+            # next to it (shared by the workers) count in the server's memory, not here.
+            store = workdir / f"snapshots-concurrent-{name}"
+            snapshot = sum(f.stat().st_size for f in store.rglob("*.snapshot"))
+            sidecars = sum(f.stat().st_size for f in store.rglob("*.snapshot.*"))
             for fmt in FORMATS:
                 alone = curl_seconds(curl_query(base, name, fmt))
                 peak = [0, 0]
                 running = [curl_query(base, name, fmt) for _ in range(args.concurrent)]
                 while any(p.poll() is None for p in running):
-                    pss, rss = memory_bytes(pids)
+                    # Listed each time: signing helpers start with the first big batch.
+                    pss, rss = memory_bytes(server_pids(server))
                     peak = [max(peak[0], pss), max(peak[1], rss)]
                     time.sleep(0.1)
                 times = [curl_seconds(p) for p in running]
@@ -496,7 +556,8 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                 print(
                     f"| {label} | {fmt} | {alone:.2f} s | {max(times):.2f} s | {ratio:.2f}x | "
                     f"{peak[0] / 2**20:,.0f} MiB ({peak[0] / snapshot:.2f}x; largest process "
-                    f"RSS {peak[1] / 2**20:,.0f} MiB) | {snapshot / 2**20:,.0f} MiB |"
+                    f"RSS {peak[1] / 2**20:,.0f} MiB) | {snapshot / 2**20:,.0f} MiB "
+                    f"(+ {sidecars / 2**20:,.0f} MiB of file ids) |"
                 )
         finally:
             stop(server, signal.SIGINT)
@@ -526,6 +587,12 @@ def main() -> None:
         "default snapshot cache (mapped store files, statistics as strings)",
     )
     parser.add_argument("--no-boto", action="store_true", help="skip the botocore baseline")
+    parser.add_argument(
+        "--compare-signing",
+        action="store_true",
+        help="also time the S3 table signed in the workers (signingHelper: false) against "
+        "the signing helper, runs alternated between two servers",
+    )
     args = parser.parse_args()
 
     print(f"before: {load_average()}")
@@ -546,9 +613,14 @@ def main() -> None:
             )
             print_cold(cold)
             print(load_average())
-        warm = warm_queries(args, workdir, endpoint, table)
-        warm_met = print_table(cold, warm, args)
-        print(load_average())
+        warm_met = None
+        if args.runs > 0:
+            warm = warm_queries(args, workdir, endpoint, table)
+            warm_met = print_table(cold, warm, args)
+            print(load_average())
+        if args.compare_signing:
+            compare_signing(args, workdir, endpoint, table)
+            print(load_average())
         concurrent_met = None
         if args.concurrent > 0:
             concurrent_met = run_concurrent(args, workdir, endpoint, table)
@@ -559,11 +631,12 @@ def main() -> None:
                 f"\nbotocore generate_presigned_url for {args.files:,} keys: {boto:.2f} s "
                 f"(timed on {args.files // BOTO_SHARE:,}, extrapolated)"
             )
-        print(
-            f"\ngoal: every warm response within {WARM_GOAL_S:.0f} s "
-            f"(>= {args.files / WARM_GOAL_S / 1000:,.0f}k files/s): "
-            f"{'met' if warm_met else 'NOT met'}"
-        )
+        if warm_met is not None:
+            print(
+                f"\ngoal: every warm response within {WARM_GOAL_S:.0f} s "
+                f"(>= {args.files / WARM_GOAL_S / 1000:,.0f}k files/s): "
+                f"{'met' if warm_met else 'NOT met'}"
+            )
         if concurrent_met is not None:
             print(
                 f"goal: {args.concurrent} at once each within 2.5x of one alone, server memory "

@@ -4,7 +4,8 @@ The output is byte-identical to botocore's `generate_presigned_url('get_object',
 `signature_version='s3v4'` and the same addressing style, endpoint, credentials and clock
 (tests prove it), at a fraction of the cost: the signing key is derived once per
 (secret, date, region) and everything that is the same for all URLs of a batch (scope,
-query string, host) is built once, so each URL costs one SHA-256 and one HMAC.
+query string, host) is built once, so each URL costs one SHA-256 and one HMAC (in the
+signing helper process for a big batch: sharing.presign.signing_helper).
 
 A URL never outlives the credentials that signed it: with temporary credentials the
 lifetime is cut to their remaining validity, and `expiration_ms` says so.
@@ -12,7 +13,6 @@ lifetime is cut to their remaining validity, and `expiration_ms` says so.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 import time
@@ -28,13 +28,13 @@ from botocore.credentials import Credentials
 from deltalog.storage.s3 import S3Storage, split_key
 from sharing.errors import SharingError, UnsupportedOperation
 from sharing.hexdigests import hex_array
+from sharing.presign import signing_helper
 from sharing.presign.base import ABSOLUTE_PATHS, SignedColumn, SignedUrls, json_safe
-from sharing.presign.prepared_hmac import PreparedHmac
+from sharing.presign.prepared_hmac import DIGEST_SIZE, SIGV4, PreparedHmac
 from sharing.presign.url_paths import PathEncoder, plain_column, relative_column
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_EXPIRES = 7 * 24 * 3600  # SigV4 query auth refuses anything longer
-_DIGEST_SIZE = 32  # SHA-256
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\Z")
 
 
@@ -152,8 +152,8 @@ class S3Signer:
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(seconds))
         datestamp = amz_date[:8]
         scope = f"{datestamp}/{self._region}/s3/aws4_request"
-        prepared = _prepared(signing_key(frozen.secret_key, datestamp, self._region))
-        inner_state, outer_state = prepared.states()
+        key = signing_key(frozen.secret_key, datestamp, self._region)
+        prepared = _prepared(key)
 
         credential = _encode_query_value(f"{frozen.access_key}/{scope}")
         head = (
@@ -171,10 +171,6 @@ class S3Signer:
         request_head = f"GET\n{endpoint.path_prefix}"
         request_tail = f"\n{canonical_query}\nhost:{endpoint.host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign_head = f"{ALGORITHM}\n{amz_date}\n{scope}\n"
-        # The string to sign starts with the same head for every URL: hashed in once.
-        head_state = inner_state()
-        head_state.update(to_sign_head.encode())
-        with_head = head_state.copy
 
         relative = relative_column(keys, self._root_prefix)
         if relative is None:
@@ -187,19 +183,13 @@ class S3Signer:
         else:
             encode = self._encode_path
             path = pa.array([encode(name) for name in names.to_pylist()], pa.string())
+        # The canonical requests and the URLs are joined column-wise; what is left per URL
+        # (one SHA-256 and one HMAC) runs in the signing helper for a big batch.
         requests = pc.binary_join_element_wise(request_head, path, request_tail, "")
-        sha256 = hashlib.sha256
-        digests: list[bytes] = []
-        append = digests.append
-        # One SHA-256 and one HMAC (two copied states) per URL, nothing else per key: the
-        # canonical requests and the URLs are joined column-wise.
-        for request in requests.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist():
-            inner = with_head()
-            inner.update(sha256(request).hexdigest().encode())
-            outer = outer_state()
-            outer.update(inner.digest())
-            append(outer.digest())
-        signatures = hex_array(b"".join(digests), _DIGEST_SIZE)
+        joined = signing_helper.digests(
+            SIGV4, prepared, key, to_sign_head.encode(), requests.cast(pa.binary())
+        )
+        signatures = hex_array(joined, DIGEST_SIZE)
         pieces = (endpoint.base, path, url_query, signatures)
         return SignedColumn(
             pieces, (seconds + expires) * 1000, json_safe(endpoint.base + url_query)
