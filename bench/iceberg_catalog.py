@@ -16,9 +16,12 @@
 Wall times (median of `--repeat`), with the load average, since other work shares the
 machine: compare within the run.
 
-Server CPU (the server process's user + system time) is printed per read and per file
+Server CPU (the server's processes' user + system time) is printed per read and per file
 beside the S3 endpoint's and the scans' times: the figure to judge the endpoint by on a
 shared machine.
+
+The scans run twice, against a server without and with `sendfile` for file bodies
+(`limits.sendfile`, app.zero_copy), with pyarrow's direct read timed again before each.
 
 With `--compare REF`, the cold loadTable is also timed on a server of git revision REF
 (exported with `git archive`, run with this virtualenv), alternating with this tree's
@@ -26,7 +29,7 @@ server `--cold-runs` times (each a new server and an empty metadata cache): old 
 code in one run, by their server CPU.
 
 Usage: python bench/iceberg_catalog.py [--files N] [--scan-files M] [--rows-per-file R]
-       [--compare REF] [--cold-runs K]
+       [--repeat K] [--workers W] [--compare REF] [--cold-runs C]
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from iceberg_metadata import write_table as write_big_table  # noqa: E402
 from sharing.catalog import SharedTable  # noqa: E402
 from sharing.config import ServerConfig, TableConfig  # noqa: E402
 from sharing.tables import TableService  # noqa: E402
-from tests.support.processes import free_port, stop, wait_http  # noqa: E402
+from tests.support.processes import cpu_seconds, free_port, stop, wait_http  # noqa: E402
 
 TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
@@ -124,16 +127,16 @@ REPO = HERE.parent
 
 
 def start_server(
-    config: Path, workdir: Path, tree: Path = REPO
+    config: Path, workdir: Path, workers: int = 1, tree: Path = REPO
 ) -> tuple[str, subprocess.Popen[bytes]]:
-    """`lakeshare serve` (one worker) of the source tree `tree`, with this virtualenv."""
+    """`lakeshare serve` of the source tree `tree`, with this virtualenv."""
     port = free_port()
     log = open(workdir / "server.log", "ab")  # noqa: SIM115 (lives as long as the process)
     process = subprocess.Popen(
         [
             *(sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"),
             *("serve", "--config", str(config)),
-            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -154,12 +157,6 @@ def median_time(run: Callable[[], object], repeat: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def endpoint_filesystem(properties: dict[str, str]) -> Any:
     """pyarrow's S3 file system on the server's S3 endpoint, with the key loadTable vended
     (as PyIceberg builds its own)."""
@@ -177,6 +174,51 @@ def endpoint_filesystem(properties: dict[str, str]) -> Any:
         scheme=endpoint.scheme,
         force_virtual_addressing=False,
     )
+
+
+def scan_through_catalog(
+    base: str,
+    pid: int,
+    parquet_files: list[Path],
+    rows: int,
+    direct_s: float,
+    args: argparse.Namespace,
+) -> None:
+    """pyarrow through the S3 endpoint, then PyIceberg scans with the folder's key and with a
+    key for named files, against `direct_s` (pyarrow from disk); server CPU from `pid`."""
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog("bench", type="rest", uri=f"{base}/iceberg", token=TOKEN, warehouse="s")
+    # Local tables are read through the server's S3 endpoint (docs/s3-endpoint.md): pyarrow
+    # reading the same files there with the vended key separates the transport from
+    # PyIceberg's own work.
+    folder_table = catalog.load_table("d.scan_s3")
+    fs = endpoint_filesystem(folder_table.io.properties)
+    bucket = folder_table.location().removeprefix("s3://").rstrip("/")
+    keys = [f"{bucket}/{p.name}" for p in parquet_files]
+    cpu = cpu_seconds(pid)
+    over_s3_s, _ = median_time(lambda: pq.read_table(keys, filesystem=fs), args.repeat)
+    over_s3_cpu = (cpu_seconds(pid) - cpu) / args.repeat
+    print(
+        f"    pyarrow reading them through the server's S3 endpoint: {over_s3_s:.3f} s "
+        f"= {over_s3_s / direct_s:.2f}x; server CPU {over_s3_cpu:.3f} s per read "
+        f"({over_s3_cpu / args.scan_files * 1000:.2f} ms per file)"
+    )
+    for name, label in (
+        ("scan_s3", "PyIceberg through the catalog, the folder's key"),
+        ("scan_latest", "PyIceberg through the catalog, a key for named files"),
+    ):
+        table = catalog.load_table(f"d.{name}")
+        plan_s, _ = median_time(lambda t=table: list(t.scan().plan_files()), args.repeat)
+        cpu = cpu_seconds(pid)
+        scan_s, result = median_time(lambda t=table: t.scan().to_arrow(), args.repeat)
+        scan_cpu = (cpu_seconds(pid) - cpu) / args.repeat
+        assert result.num_rows == rows  # type: ignore[attr-defined]
+        print(
+            f"    {label}: {scan_s:.3f} s = {scan_s / direct_s:.2f}x "
+            f"(goal <= 1.3x; planning {plan_s:.3f} s); server CPU {scan_cpu:.3f} s "
+            f"per scan ({scan_cpu / args.scan_files * 1000:.2f} ms per file)"
+        )
 
 
 def load_average() -> str:
@@ -203,13 +245,13 @@ def cold_load(
     config = {**config, "iceberg": {"cacheDir": str(cache)}}
     config_path = work / f"config-{name}.yaml"
     config_path.write_text(json.dumps(config))  # JSON is YAML
-    base, server = start_server(config_path, work, tree)
+    base, server = start_server(config_path, work, tree=tree)
     try:
         url = f"{base}/iceberg/v1/shares/s/namespaces/d/tables/big"
         with httpx.Client(timeout=600) as client:
-            begin, cpu = time.perf_counter(), process_cpu(server.pid)
+            begin, cpu = time.perf_counter(), cpu_seconds(server.pid)
             response = client.get(url, headers={"Authorization": f"Bearer {TOKEN}"})
-            wall, used = time.perf_counter() - begin, process_cpu(server.pid) - cpu
+            wall, used = time.perf_counter() - begin, cpu_seconds(server.pid) - cpu
         response.raise_for_status()
     except BaseException:
         stop(server)
@@ -223,6 +265,7 @@ def main() -> None:
     parser.add_argument("--scan-files", type=int, default=200)
     parser.add_argument("--rows-per-file", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=1, help="server workers for the scans")
     parser.add_argument(
         "--compare", metavar="REF", help="git revision whose cold loadTable is timed too"
     )
@@ -245,6 +288,7 @@ def main() -> None:
             "signingSecret": SECRET,
             "snapshotCacheDir": "off",
             "requestTimeoutSeconds": 0,  # a cold 100k-file loadTable may pass the default 30 s
+            "iceberg": {"cacheDir": str(work / "iceberg-cache")},
             "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
         }
         trees = [("this tree", REPO)]
@@ -260,7 +304,7 @@ def main() -> None:
         snapshot_s, snapshot_cpu = time.perf_counter() - begin, time.process_time() - cpu
 
         # Cold loadTable, each tree's server in turn (the last one of this tree stays for
-        # the rest of the benchmark).
+        # the warm requests).
         colds: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in trees}
         base = ""
         for run in range(args.cold_runs):
@@ -307,50 +351,32 @@ def main() -> None:
         print(f"  warm loadTable: {warm_s * 1000:.1f} ms (median of 20; goal < 20 ms)")
         print(f"  warm loadTable with If-None-Match (304): {not_modified_s * 1000:.1f} ms")
 
-        from pyiceberg.catalog import load_catalog
+        stop(server)
+        server = None
 
-        catalog = load_catalog(
-            "bench", type="rest", uri=f"{base}/iceberg", token=TOKEN, warehouse="s"
-        )
-        direct_s, direct = median_time(
-            lambda: pq.read_table([str(p) for p in parquet_files]), args.repeat
-        )
+        def read_directly() -> pa.Table:
+            return pq.read_table([str(p) for p in parquet_files])
+
+        direct_s, direct = median_time(read_directly, args.repeat)
         rows = direct.num_rows  # type: ignore[attr-defined]
         print(
             f"\nfull scan of a {args.scan_files}-file local table ({rows} rows), "
-            f"median of {args.repeat}:"
+            f"median of {args.repeat}, server with {args.workers} worker(s):"
         )
         print(f"  pyarrow reading the files directly (baseline): {direct_s:.3f} s")
-        # Local tables are read through the server's S3 endpoint (docs/s3-endpoint.md):
-        # pyarrow reading the same files there with the vended key separates the transport
-        # from PyIceberg's own work.
-        folder_table = catalog.load_table("d.scan_s3")
-        fs = endpoint_filesystem(folder_table.io.properties)
-        bucket = folder_table.location().removeprefix("s3://").rstrip("/")
-        keys = [f"{bucket}/{p.name}" for p in parquet_files]
-        cpu = process_cpu(server.pid)
-        over_s3_s, _ = median_time(lambda: pq.read_table(keys, filesystem=fs), args.repeat)
-        over_s3_cpu = (process_cpu(server.pid) - cpu) / args.repeat
-        print(
-            f"  pyarrow reading them through the server's S3 endpoint: {over_s3_s:.3f} s "
-            f"= {over_s3_s / direct_s:.2f}x; server CPU {over_s3_cpu:.3f} s per read "
-            f"({over_s3_cpu / args.scan_files * 1000:.2f} ms per file)"
-        )
-        for name, label in (
-            ("scan_s3", "PyIceberg through the catalog, the folder's key"),
-            ("scan_latest", "PyIceberg through the catalog, a key for named files"),
-        ):
-            table = catalog.load_table(f"d.{name}")
-            plan_s, _ = median_time(lambda t=table: list(t.scan().plan_files()), args.repeat)
-            cpu = process_cpu(server.pid)
-            scan_s, result = median_time(lambda t=table: t.scan().to_arrow(), args.repeat)
-            scan_cpu = (process_cpu(server.pid) - cpu) / args.repeat
-            assert result.num_rows == rows  # type: ignore[attr-defined]
+        # The same server without and with sendfile (limits.sendfile), one after the other.
+        for sendfile in (False, True):
+            variant = work / f"config-sendfile-{sendfile}.yaml"
+            variant.write_text(json.dumps({**config, "limits": {"sendfile": sendfile}}))
+            base, server = start_server(variant, work, args.workers)
+            direct_s, _ = median_time(read_directly, args.repeat)  # the baseline, again
             print(
-                f"  {label}: {scan_s:.3f} s = {scan_s / direct_s:.2f}x "
-                f"(goal <= 1.3x; planning {plan_s:.3f} s); server CPU {scan_cpu:.3f} s "
-                f"per scan ({scan_cpu / args.scan_files * 1000:.2f} ms per file)"
+                f"  file bodies {'with' if sendfile else 'without'} sendfile "
+                f"(pyarrow from disk now {direct_s:.3f} s):"
             )
+            scan_through_catalog(base, server.pid, parquet_files, rows, direct_s, args)
+            stop(server)
+            server = None
         print(f"\nload average at end: {load_average()}")
     finally:
         if server is not None:

@@ -84,6 +84,10 @@ from sharing.tables import TableService, require_history
 log = logging.getLogger(__name__)
 
 GENERATED_PREFIX = "_lakeshare_iceberg/"
+AZURE_METADATA_FOLDER = "_lakeshare_iceberg"
+"""The folder inside an Azure table's own folder its generated metadata is copied to: the
+table's SAS reaches it (one SAS, one directory). Delta readers never look there, and
+Delta's VACUUM leaves folders whose names start with `_` alone."""
 """Where generated files appear on a table's S3-endpoint bucket."""
 
 MANIFEST_ENTRIES = 2_000
@@ -131,11 +135,15 @@ class IcebergMetadata:
         directory: Path | str,
         tables: TableService,
         metadata_locations: Sequence[str] = (),
+        azure_in_table_folder: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.tables = tables
         self.metadata_locations = tuple(metadata_locations)
         """Where cloud tables' generated files are copied (`iceberg.metadataLocation`)."""
+        self.azure_in_table_folder = azure_in_table_folder
+        """Whether an Azure table's are copied into its own folder, under
+        AZURE_METADATA_FOLDER (`iceberg.azureMetadataInTableFolder`)."""
 
     def generated_root(
         self, shared: SharedTable, bucket: str, current: deltalog.Snapshot | None = None
@@ -270,6 +278,10 @@ def location_of(storage: Any, key: str) -> str:
         return f"s3://{key}"
     if kind is StorageKind.GCS:
         return f"gs://{key}"
+    if kind is StorageKind.AZURE:  # key: `container/path`; readers want the account's host
+        container, _, path = key.partition("/")
+        host = f"{storage.account}.dfs.{storage.endpoint_suffix}"
+        return f"abfss://{container}@{host}/{path}".rstrip("/")
     raise UnsupportedOperation(f"Iceberg metadata is not generated for {kind.label} tables yet")
 
 
