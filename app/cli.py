@@ -15,9 +15,9 @@ import socket
 import ssl as stdlib_ssl
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp
 
@@ -27,6 +27,11 @@ from app.logs import configure_logging
 from app.terminal import stdout_gone
 from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 from sharing.store import StoreError
+
+if TYPE_CHECKING:
+    from app.balancing import WorkerSlot  # imported with the server, after the config
+    from sharing.catalog import SharedTable
+    from sharing.tables import TableService
 
 __all__ = ["build_parser", "main"]
 
@@ -250,19 +255,22 @@ def _run_workers(
 ) -> int:
     """N processes serving `sock` (app.workers); the first one also checks the tables at
     start-up, which writes their snapshots to the shared cache for the others to map."""
+    from app.balancing import WorkerLoads
     from app.main import create_app
     from app.workers import run_workers
+
+    loads = WorkerLoads(workers)  # shared by the workers: connections are spread over them
 
     def worker(index: int) -> int:
         app = create_app(config)
         if index == 0:
             _check_in_background(app, config)
         _reload_live(app, *source)
-        return _run(app, sock, ssl_options, config.limits)
+        return _run(app, sock, ssl_options, config.limits, loads.slot(index))
 
     print(f"Worker processes: {workers}")
     sys.stdout.flush()
-    return run_workers(workers, worker)
+    return run_workers(workers, worker, exited=loads.gone)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -385,11 +393,15 @@ def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
 
 
 def _run(
-    app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any], limits: LimitsConfig
+    app: ASGIApp,
+    sock: socket.socket,
+    ssl_options: dict[str, Any],
+    limits: LimitsConfig,
+    balance: WorkerSlot | None = None,
 ) -> int:
     from app.serving import run
 
-    return run(app, sock, limits, **ssl_options)
+    return run(app, sock, limits, balance, **ssl_options)
 
 
 def _with_snapshot_cache(config: ServerConfig) -> ServerConfig:
@@ -426,10 +438,13 @@ def _check(args: argparse.Namespace) -> int:
     except StoreError as exc:
         warnings.append(f"the store's shares were not checked: {exc}")
         checked = config
-    reports = check_tables(
-        TableService(config), configured_tables(checked), timeout_seconds=args.timeout
-    )
+    service = TableService(config)
+    reports = check_tables(service, configured_tables(checked), timeout_seconds=args.timeout)
     errors = _check_directories(config)
+    if config.iceberg.azure_metadata_in_table_folder:
+        azure_warnings, azure_errors = _check_azure_iceberg(service, configured_tables(checked))
+        warnings += azure_warnings
+        errors += azure_errors
     if args.format == "json":
         document = {
             "warnings": warnings,
@@ -459,6 +474,50 @@ def _check_directories(config: ServerConfig) -> list[str]:
     if problem is None:
         return []
     return [f"iceberg.cacheDir: the Iceberg metadata cache {directory} is not writable ({problem})"]
+
+
+def _check_azure_iceberg(
+    service: TableService, tables: Iterable[SharedTable]
+) -> tuple[list[str], list[str]]:
+    """With `iceberg.azureMetadataInTableFolder`, what each Azure table shared whole with
+    its history gets from the Iceberg catalog: a warning when no SAS can be limited to it
+    (it is answered without credentials), an error when the server cannot write into its
+    `_lakeshare_iceberg/` folder (loadTable would fail)."""
+    from deltalog.storage.kinds import StorageKind
+    from sharing.credentials.vending import vending_support
+    from sharing.errors import SharingError
+    from sharing.iceberg.generator import AZURE_METADATA_FOLDER
+    from sharing.iceberg.publish import probe_write
+
+    key = "iceberg.azureMetadataInTableFolder"
+    warnings: list[str] = []
+    errors: list[str] = []
+    for shared in tables:
+        if shared.is_view or not shared.config.location.lower().startswith(("abfs", "wasb")):
+            continue
+        if shared.config.partition_filter is not None or not shared.config.history_shared:
+            continue  # never vended (the table's own report says why)
+        try:
+            storage = service.delta_table(shared).storage
+        except SharingError:
+            continue  # the table's report has the problem
+        if storage.kind is not StorageKind.AZURE:
+            continue
+        support = vending_support(shared, storage)
+        if not support.possible:
+            warnings.append(
+                f"{key}: table {shared.full_name} is answered without credentials: "
+                f"{support.reason} {support.detail}".strip()
+            )
+            continue
+        folder = f"{shared.config.location.rstrip('/')}/{AZURE_METADATA_FOLDER}"
+        problem = probe_write(storage, folder)
+        if problem is not None:
+            errors.append(
+                f"{key}: table {shared.full_name}: the server cannot write its generated "
+                f"Iceberg metadata into {folder}/ ({problem})"
+            )
+    return warnings, errors
 
 
 def _check_table_text(reports: Sequence[Any]) -> str:

@@ -125,7 +125,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     # Iceberg metadata generated for the catalog routes (app.routes.iceberg).
     app.state.iceberg_metadata = IcebergMetadata(
-        cache_directory(config), app.state.tables, config.iceberg.metadata_location
+        cache_directory(config),
+        app.state.tables,
+        config.iceberg.metadata_location,
+        azure_in_table_folder=config.iceberg.azure_metadata_in_table_folder,
     )
     app.state.planner = Planner(config, app.state.tables, tokens, signing_observer=metrics)
     app.state.catalog.on_removed(_forget_removed(app.state.tables, app.state.planner))

@@ -158,6 +158,7 @@ class AzureStorage(ObjectStore):
             options if isinstance(options, AzureOptions) else AzureOptions.from_mapping(options)
         )
         self.account = account
+        self.endpoint_suffix = endpoint_suffix  # what the table's URI names (core.windows.net)
         self.account_key: str | None = self.options.account_key
         endpoint = self.options.endpoint or f"https://{account}.blob.{endpoint_suffix}"
         credential: Any = None
@@ -205,10 +206,9 @@ class AzureStorage(ObjectStore):
                 "no Azure credentials: set account_key, sas_token or connection_string "
                 "(or install azure-identity for Entra ID credentials)"
             ) from exc
-        if self.options.client_id:
-            return identity.ClientSecretCredential(
-                self.options.tenant_id, self.options.client_id, self.options.client_secret
-            )
+        tenant, secret = self.options.tenant_id, self.options.client_secret
+        if self.options.client_id and tenant and secret:  # from_mapping: all three or none
+            return identity.ClientSecretCredential(tenant, self.options.client_id, secret)
         return identity.DefaultAzureCredential()
 
     def user_delegation_key(self, valid_for_seconds: int) -> Any:

@@ -340,6 +340,9 @@ class LimitsConfig(Section):
     max_concurrent_expensive_requests: Positive = 16
     max_queued_requests: NonNegative = 256
     queue_timeout_seconds: Positive = 10
+    # Local files' bodies (signed file URLs, the S3 endpoint) go from the file to the socket
+    # with sendfile on plain HTTP connections (app.zero_copy); false: through the process.
+    sendfile: bool = True
 
 
 class MetricsConfig(Section):
@@ -636,14 +639,23 @@ StorageProfiles = tuple[tuple[str, StorageOptions], ...]
 
 
 def _metadata_locations(value: tuple[str, ...]) -> tuple[str, ...]:
+    from deltalog.storage.kinds import StorageKind
     from sharing.credentials.location import parse_location
 
     cleaned = tuple(item.strip().rstrip("/") for item in value if item.strip())
     for item in cleaned:
-        if parse_location(item) is None:
+        parsed = parse_location(item)
+        if parsed is None:
             raise Problem(
-                f"{item!r} is not a cloud location (s3://bucket/prefix, gs://bucket/prefix, "
-                "abfss://container@account.dfs.core.windows.net/prefix)"
+                f"{item!r} is not a cloud location (s3://bucket/prefix, gs://bucket/prefix)"
+            )
+        if parsed.kind is StorageKind.AZURE:
+            # PyIceberg takes one SAS per account and a SAS reaches one directory (or
+            # container): metadata outside the table cannot share the table's SAS.
+            raise Problem(
+                f"{item!r}: an Azure table's generated metadata cannot be vended from a "
+                "separate location (one SAS reaches one directory); set "
+                "iceberg.azureMetadataInTableFolder: true instead"
             )
     return cleaned
 
@@ -658,6 +670,9 @@ class IcebergConfig(Section):
     # table's generated metadata is copied, so the credentials vended for the table reach
     # it (sharing.iceberg.publish); a table whose cloud has none is served without them.
     metadata_location: Annotated[Texts, AfterValidator(_metadata_locations)] = ()
+    # Azure tables: their generated metadata is copied into `_lakeshare_iceberg/` inside
+    # the table's own folder, the one place the table's SAS also reaches (docs/iceberg.md).
+    azure_metadata_in_table_folder: Boolean = False
 
 
 class ServerConfig(Section):

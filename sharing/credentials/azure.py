@@ -134,12 +134,13 @@ def vend(
     also: Sequence[CloudLocation] = (),
 ) -> TemporaryCredentials:
     """A read+list SAS on `requested`'s directory (or the container, when it is the table).
-    A SAS has one directory: `also` (more locations under the same credential) is refused."""
-    if also:
+    A SAS has one directory: `also` (more locations under the same credential) must lie
+    within `requested` (the Iceberg metadata in the table's folder), else it is refused."""
+    if any(not requested.contains(extra) for extra in also):
         raise NotVendable(
             ONE_DIRECTORY,
             "an Azure SAS covers one directory: the table's generated Iceberg metadata "
-            "(iceberg.metadataLocation) cannot share the table's SAS",
+            "must be inside the table's folder (iceberg.azureMetadataInTableFolder)",
         )
     azure = as_backend(storage, AzureStorage)
     _signing_key_check(azure)

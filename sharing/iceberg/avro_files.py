@@ -6,13 +6,19 @@ records marked `logicalType: map`, record names as other Iceberg writers spell t
 encoding is fastavro's. Output is byte-for-byte reproducible: the container's sync marker,
 which Avro writers otherwise draw at random, is derived from the file's name, and the
 header metadata is written in a fixed order.
+
+Records reach fastavro pre-shaped: the value of an optional field is given as
+`(branch, value)` (fastavro's tuple notation for a union's branch, `tagged`), so the
+writer does not find the branch by validating the value against each of the union's types
+(for the bounds lists, every key/value record: that search was a third of the encoding).
+The bytes are the same either way.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import fastavro
@@ -156,6 +162,57 @@ def partition_avro_fields(spec_fields: Sequence[tuple[int, str, str]]) -> list[d
     ]
 
 
+def branch(avro_type: Any) -> str:
+    """The name fastavro's tuple notation gives a union branch of `avro_type`: a named
+    type's name, else its type (a logical type's underlying one)."""
+    if isinstance(avro_type, dict):
+        if avro_type["type"] in ("record", "enum", "fixed", "error"):
+            return str(avro_type["name"])
+        return str(avro_type["type"])
+    return str(avro_type)
+
+
+def optional_branch(field: Mapping[str, Any]) -> str | None:
+    """The non-null branch of an optional (`["null", T]`) field, None for another field."""
+    union = field["type"]
+    if isinstance(union, list) and len(union) == 2 and union[0] == "null":
+        return branch(union[1])
+    return None
+
+
+Record = dict[str, Any]
+
+
+def tagger(schema: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Record]:
+    """A function giving a record of `schema` (as fastavro decodes it) with the values of
+    its optional fields, and of those in nested records, in tuple notation."""
+    steps: list[tuple[str, str | None, Callable[[Mapping[str, Any]], Record] | None]] = []
+    for field in schema["fields"]:
+        avro = field["type"]
+        nested = None
+        if isinstance(avro, dict) and avro.get("type") == "record":
+            nested = tagger(avro)
+        steps.append((field["name"], optional_branch(field), nested))
+
+    def tag(record: Mapping[str, Any]) -> Record:
+        out: Record = {}
+        for name, union_branch, nested in steps:
+            value = record.get(name)
+            if union_branch is not None and value is not None:
+                value = (union_branch, value)
+            elif nested is not None and value is not None:
+                value = nested(value)
+            out[name] = value
+        return out
+
+    return tag
+
+
+def untagged(value: Any) -> Any:
+    """A value without its tuple notation."""
+    return value[1] if type(value) is tuple else value
+
+
 def sync_marker(name: str) -> bytes:
     """The 16-byte sync marker of the file called `name` (fixed, for reproducible bytes)."""
     return hashlib.sha256(f"lakeshare-iceberg|{name}".encode()).digest()[:16]
@@ -167,7 +224,8 @@ def encode(
     metadata: Mapping[str, str],
     name: str,
 ) -> bytes:
-    """An Avro container file of `records`, with `metadata` in its header."""
+    """An Avro container file of `records` (optional values in tuple notation, or plain),
+    with `metadata` in its header."""
     parsed = fastavro.parse_schema(dict(schema))
     out = io.BytesIO()
     fastavro.writer(
@@ -188,15 +246,22 @@ def header_metadata(data: bytes) -> dict[str, str]:
     return {k: v for k, v in reader.metadata.items() if not k.startswith("avro.")}
 
 
-class AvroContent:
-    """A decoded Avro file: its writer schema, header metadata and records."""
+class AvroHeader:
+    """An Avro file's writer schema and header metadata (its records not decoded)."""
 
     def __init__(self, data: bytes) -> None:
-        reader = fastavro.reader(io.BytesIO(data))
-        schema = reader.writer_schema
+        self._reader = fastavro.reader(io.BytesIO(data))
+        schema = self._reader.writer_schema
         assert isinstance(schema, dict)  # a container file's schema is its record
         self.schema: dict[str, Any] = schema
         self.metadata: dict[str, str] = {
-            k: v for k, v in reader.metadata.items() if not k.startswith("avro.")
+            k: v for k, v in self._reader.metadata.items() if not k.startswith("avro.")
         }
-        self.records: list[dict[str, Any]] = list(reader)  # type: ignore[arg-type]
+
+
+class AvroContent(AvroHeader):
+    """A decoded Avro file: its writer schema, header metadata and records."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.records: list[dict[str, Any]] = list(self._reader)  # type: ignore[arg-type]

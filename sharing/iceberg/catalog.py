@@ -24,8 +24,14 @@ from deltalog.storage.kinds import StorageKind, as_backend
 from deltalog.storage.s3 import S3Storage
 from sharing.catalog import Catalog, SharedTable
 from sharing.credentials import CredentialsUnavailable, TemporaryCredentials
+from sharing.credentials.vending import vending_support
 from sharing.errors import ResourceNotFound, SharingError
-from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata, location_of
+from sharing.iceberg.generator import (
+    AZURE_METADATA_FOLDER,
+    GENERATED_PREFIX,
+    IcebergMetadata,
+    location_of,
+)
 from sharing.iceberg.publish import same_cloud
 
 __all__ = [
@@ -139,6 +145,31 @@ def _cloud_config(storage: Storage, credentials: TemporaryCredentials | None) ->
         if credentials is not None:
             config["gcs.oauth2.token"] = values["oauthToken"]
             config["gcs.oauth2.token-expires-at"] = str(credentials.expiration_ms)
+    elif storage.kind is StorageKind.AZURE and credentials is not None:
+        config.update(_azure_config(storage, credentials))
+    return config
+
+
+def _azure_config(storage: Storage, credentials: TemporaryCredentials) -> dict[str, str]:
+    """A vended SAS under the account-qualified keys Iceberg's FileIOs read
+    (`adls.sas-token.<account>.dfs.<suffix>`: PyIceberg's fsspec FileIO takes the account
+    name from it too). On any blob endpoint but `https://<account>.blob.core.windows.net`
+    (an emulator, a private endpoint, a national cloud) the SAS also goes in a connection
+    string naming it, the one way PyIceberg's fsspec FileIO (adlfs) reaches another."""
+    from deltalog.storage.azure import AzureStorage  # the Azure SDK, on first use
+
+    azure = as_backend(storage, AzureStorage)
+    token = credentials.values["sasToken"]
+    host = f"{azure.account}.dfs.{azure.endpoint_suffix}"
+    config = {
+        "adls.account-name": azure.account,
+        f"adls.sas-token.{host}": token,
+        f"adls.sas-token-expires-at-ms.{host}": str(credentials.expiration_ms),
+    }
+    if azure.endpoint != f"https://{azure.account}.blob.core.windows.net":
+        config["adls.connection-string"] = (
+            f"BlobEndpoint={azure.endpoint};SharedAccessSignature={token}"
+        )
     return config
 
 
@@ -273,11 +304,22 @@ class ShareCatalog:
     def _published(self, shared: SharedTable) -> str | None:
         """The metadata location of a cloud table the catalog vends credentials for:
         whole (a partition filter would be bypassed by reading the folder), its history
-        shared (the vending's rule), on S3 or GCS (an Azure SAS has one directory, so it
-        cannot also reach the metadata), with a metadata location in its cloud."""
+        shared (the vending's rule), with a metadata location its credential also reaches:
+        on S3 or GCS the configured one in its cloud, on Azure (one SAS, one directory)
+        AZURE_METADATA_FOLDER inside the table's own folder, when allowed."""
         if shared.partition_filter is not None or not shared.config.history_shared:
             return None
         storage = self.metadata.tables.delta_table(shared).storage
+        if storage.kind is StorageKind.AZURE:
+            # Nothing is written into the table's folder unless a SAS can be vended for it
+            # (a flat-namespace account's table not at a container's root cannot).
+            if not self.metadata.azure_in_table_folder:
+                return None
+            if not vending_support(shared, storage).possible:
+                return None
+            current = self.metadata.tables.latest(shared)
+            root = location_of(current.storage, current.table_root).rstrip("/")
+            return f"{root}/{AZURE_METADATA_FOLDER}"
         if storage.kind not in (StorageKind.S3, StorageKind.GCS):
             return None
         for location in self.metadata.metadata_locations:
@@ -318,9 +360,11 @@ class ShareCatalog:
         if credentials is not None:
             current = self.metadata.tables.latest(shared)
             table_root = location_of(current.storage, current.table_root).rstrip("/") + "/"
+            prefixes = [table_root, generated.published_folder + "/"]
+            if prefixes[1].startswith(table_root):  # Azure: inside the table's folder
+                del prefixes[1]
             body["storage-credentials"] = [
-                {"prefix": table_root, "config": config},
-                {"prefix": generated.published_folder + "/", "config": config},
+                {"prefix": prefix, "config": config} for prefix in prefixes
             ]
         return LoadedTable(etag, body)
 

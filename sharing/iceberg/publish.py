@@ -28,7 +28,7 @@ from sharing.credentials.location import CloudLocation, parse_location
 from sharing.errors import SharingError, UnsupportedOperation
 from sharing.iceberg.files import METADATA_SUFFIX, TableFiles, write_once
 
-__all__ = ["PublishFailed", "publish_version", "same_cloud"]
+__all__ = ["PublishFailed", "probe_write", "publish_version", "same_cloud"]
 
 _RECORD = ".published"
 log = logging.getLogger(__name__)
@@ -124,3 +124,22 @@ def _put(storage: Storage, target: CloudLocation, relative: str, data: bytes) ->
             "The table's Iceberg metadata could not be written to its metadata location; "
             "the provider has been notified."
         ) from exc
+
+
+def probe_write(storage: Storage, location: str) -> str | None:
+    """Why the server cannot write generated files under `location` through `storage`
+    (a probe file is written there and deleted), or None: `lakeshare check`."""
+    target = same_cloud(storage, location)
+    if target is None:
+        return "it is not in the table's cloud account"
+    probe = "/".join([*target.segments, ".lakeshare-probe"])
+    try:
+        if target.kind is StorageKind.AZURE:
+            blob = storage.service.get_blob_client(target.container, probe)  # type: ignore[attr-defined]
+            blob.upload_blob(b"", overwrite=True)
+            blob.delete_blob()
+        else:
+            return f"probing {target.kind.label} is not supported"
+    except Exception as exc:  # the SDK's own error types: their code is the reason
+        return getattr(exc, "error_code", None) or type(exc).__name__
+    return None

@@ -52,15 +52,36 @@ def partition_value(text: str | None, delta_type: DataType) -> Any:
     return parse_partition_value(text, delta_type)
 
 
+Pairs = list[dict[str, Any]]
+"""An Iceberg int-keyed map as a manifest holds it: `{"key": field id, "value": v}` records
+in field id order."""
+
+
 class Bounds:
-    """Lower and upper bounds and null counts (field id → value) of one data file."""
+    """Lower and upper bounds and null counts of one data file, as manifest maps (None:
+    empty), each in field id order."""
 
-    __slots__ = ("lower", "null_counts", "upper")
+    __slots__ = ("lower_pairs", "null_count_pairs", "upper_pairs")
 
-    def __init__(self) -> None:
-        self.lower: dict[int, bytes] = {}
-        self.upper: dict[int, bytes] = {}
-        self.null_counts: dict[int, int] = {}
+    def __init__(self, lower: Pairs, upper: Pairs, null_counts: Pairs) -> None:
+        self.lower_pairs = lower or None
+        self.upper_pairs = upper or None
+        self.null_count_pairs = null_counts or None
+
+    @property
+    def lower(self) -> dict[int, bytes]:
+        return {p["key"]: p["value"] for p in self.lower_pairs or ()}
+
+    @property
+    def upper(self) -> dict[int, bytes]:
+        return {p["key"]: p["value"] for p in self.upper_pairs or ()}
+
+    @property
+    def null_counts(self) -> dict[int, int]:
+        return {p["key"]: p["value"] for p in self.null_count_pairs or ()}
+
+
+_NO_BOUNDS = Bounds([], [], [])
 
 
 def file_bounds(stats: Mapping[str, Any] | None, leaves: Sequence[Leaf], prefix: int) -> Bounds:
@@ -73,43 +94,48 @@ Encoder = Callable[[Any], "bytes | None"]
 
 class BoundsReader:
     """`file_bounds` for many files of one schema: the per-column work (where a column's
-    statistics are, how its values are encoded) is decided once, so each file costs a few
-    dictionary lookups per column."""
+    statistics are, how its values are encoded, the field id order of the maps) is decided
+    once, so each file costs a few dictionary lookups per column."""
 
     def __init__(self, leaves: Sequence[Leaf], prefix: int) -> None:
         self.columns = [
             (
                 leaf.field_id,
+                leaf.stats_path[0] if len(leaf.stats_path) == 1 else None,
                 leaf.stats_path,
                 _encoder(leaf.delta_type, upper=False, prefix=prefix),
                 _encoder(leaf.delta_type, upper=True, prefix=prefix),
             )
-            for leaf in leaves
+            for leaf in sorted(leaves, key=lambda leaf: leaf.field_id)
         ]
 
     def __call__(self, stats: Mapping[str, Any] | None) -> Bounds:
-        bounds = Bounds()
         if not stats:
-            return bounds
+            return _NO_BOUNDS
         minimums = _mapping(stats.get("minValues"))
         maximums = _mapping(stats.get("maxValues"))
         tight = stats.get("tightBounds", True) is not False
         nulls = _mapping(stats.get("nullCount")) if tight else None
-        lower, upper, null_counts = bounds.lower, bounds.upper, bounds.null_counts
-        for field_id, path, encode_lower, encode_upper in self.columns:
+        lower: Pairs = []
+        upper: Pairs = []
+        null_counts: Pairs = []
+        # A top-level column's statistic is one `get` (`name`), a nested one's a walk.
+        for field_id, name, path, encode_lower, encode_upper in self.columns:
             if minimums is not None:
-                encoded = encode_lower(_lookup(minimums, path))
+                value = minimums.get(name) if name is not None else _lookup(minimums, path)
+                encoded = encode_lower(value)
                 if encoded is not None:
-                    lower[field_id] = encoded
+                    lower.append({"key": field_id, "value": encoded})
             if maximums is not None:
-                encoded = encode_upper(_lookup(maximums, path))
+                value = maximums.get(name) if name is not None else _lookup(maximums, path)
+                encoded = encode_upper(value)
                 if encoded is not None:
-                    upper[field_id] = encoded
+                    upper.append({"key": field_id, "value": encoded})
             if nulls is not None:
-                count = _lookup(nulls, path)
+                count = nulls.get(name) if name is not None else _lookup(nulls, path)
                 if type(count) is int and count >= 0:
-                    null_counts[field_id] = count
-        return bounds
+                    null_counts.append({"key": field_id, "value": count})
+        return Bounds(lower, upper, null_counts)
 
 
 def _mapping(value: Any) -> Mapping[str, Any] | None:

@@ -681,3 +681,18 @@ def test_lakeshare_serve_prints_the_no_authorization_warning(tmp_path: Path) -> 
     record = json.loads(line)
     assert record["level"] == "WARNING"
     assert NO_AUTHORIZATION_WARNING in record["msg"]
+
+
+def test_an_azure_iceberg_metadata_location_is_refused_for_the_table_folder_setting() -> None:
+    """A metadata location outside an Azure table cannot share its SAS (one directory):
+    the configuration says so and names the setting that works."""
+    azure = "abfss://meta@acct.dfs.core.windows.net/lakeshare-iceberg"
+    err = error_of(minimal(iceberg={"metadataLocation": ["s3://b/x", azure]}))
+    assert err.path.startswith("iceberg.metadataLocation")
+    assert "azureMetadataInTableFolder" in err.message
+    config = parse_config(
+        minimal(iceberg={"metadataLocation": "s3://b/x", "azureMetadataInTableFolder": True}),
+        environ={},
+    )
+    assert config.iceberg.azure_metadata_in_table_folder is True
+    assert config.iceberg.metadata_location == ("s3://b/x",)

@@ -12,9 +12,9 @@ from tests.support.requirements import require
 VERSION = "1.5.5"
 
 
-def duckdb_with_iceberg() -> Any:
-    """A new DuckDB connection with the extensions loaded; skips (fails under
-    LAKESHARE_REQUIRE_ALL) when the packages are missing."""
+def duckdb_with_iceberg(more: tuple[str, ...] = ()) -> Any:
+    """A new DuckDB connection with the extensions loaded (and those of `more`, e.g.
+    `azure`); skips (fails under LAKESHARE_REQUIRE_ALL) when the packages are missing."""
     try:
         import duckdb
     except ImportError:
@@ -23,7 +23,7 @@ def duckdb_with_iceberg() -> Any:
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
-    for name in ("avro", "httpfs", "iceberg"):
+    for name in ("avro", "httpfs", *more, "iceberg"):
         path = site / f"duckdb_extension_{name}/extensions/v{VERSION}/{name}.duckdb_extension"
         require(path.exists(), f"duckdb-extension-{name}=={VERSION} (the dev extra)")
         con.execute(f"LOAD '{path}'")

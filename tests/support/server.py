@@ -92,13 +92,21 @@ def _bind_free_port() -> socket.socket:
 
 @contextmanager
 def run_server(
-    config: ServerConfig, directory: Path, *, start_timeout: float = 15.0
+    config: ServerConfig,
+    directory: Path,
+    *,
+    start_timeout: float = 15.0,
+    tls: tuple[Path, Path] | None = None,
 ) -> Iterator[RunningServer]:
-    """Serve `config` on a free 127.0.0.1 port; write `<directory>/profile.share` for it."""
+    """Serve `config` on a free 127.0.0.1 port; write `<directory>/profile.share` for it.
+    With `tls` (certificate and key files) it serves HTTPS."""
     sock = _bind_free_port()
     port = sock.getsockname()[1]
+    options: dict[str, Any] = {"lifespan": "on"}
+    if tls is not None:
+        options.update(ssl_certfile=str(tls[0]), ssl_keyfile=str(tls[1]))
     # The production serving stack (app.serving), with the config's limits.
-    server = build_server(create_app(config), config.limits, lifespan="on")
+    server = build_server(create_app(config), config.limits, **options)
     thread = threading.Thread(
         target=server.run, kwargs={"sockets": [sock]}, name=f"lakeshare-{port}", daemon=True
     )
@@ -110,7 +118,8 @@ def run_server(
             sock.close()
             raise RuntimeError("the test server did not start")
         time.sleep(0.01)
-    base_url = f"http://127.0.0.1:{port}{config.endpoint}"
+    scheme = "https" if tls is not None else "http"
+    base_url = f"{scheme}://127.0.0.1:{port}{config.endpoint}"
     directory.mkdir(parents=True, exist_ok=True)
     profile_path = directory / "profile.share"
     profile: dict[str, Any] = {"shareCredentialsVersion": 1, "endpoint": f"{base_url}/"}

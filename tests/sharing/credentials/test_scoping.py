@@ -236,3 +236,33 @@ def test_one_sas_is_not_stretched_over_a_second_directory() -> None:
     with pytest.raises(NotVendable) as info:
         vend_azure.vend(storage, table, f"{BASE}/tables/t1", table, 600, [metadata])
     assert info.value.reason == vend_azure.ONE_DIRECTORY
+
+
+def test_iceberg_metadata_in_the_table_folder_shares_its_directory_sas() -> None:
+    """The Iceberg catalog's Azure metadata lies in the table's folder
+    (`_lakeshare_iceberg/`): one SAS of the table's directory reaches both, and nothing
+    wider is signed. Azurite has no directories, so this is the SAS as signed: a
+    directory SAS (`sr=d`) of the table's depth, for read and list only."""
+    storage = _storage(hierarchical=True)
+    table = parse_location(f"{BASE}/tables/t1")
+    metadata = parse_location(f"{BASE}/tables/t1/_lakeshare_iceberg/abc")
+    assert table is not None and metadata is not None
+    credentials = vend_azure.vend(storage, table, f"{BASE}/tables/t1", table, 600, [metadata])
+    token = dict(parse_qsl(credentials.values["sasToken"]))
+    assert (token["sr"], token["sdd"], token["sp"]) == ("d", "2", "rl")
+    expected = vend_azure.sas_token(
+        AZURITE_ACCOUNT,
+        "lake",
+        AZURITE_KEY,
+        expiry=credentials.expiration_ms // 1000,
+        directory="tables/t1",
+        protocol=token["spr"],
+    )
+    assert credentials.values["sasToken"] == expected  # signed for tables/t1, nothing more
+    # Flat namespace: the container SAS of a table that is the whole container.
+    flat = _storage(hierarchical=False)
+    own = parse_location(f"{BASE}/")
+    inside = parse_location(f"{BASE}/_lakeshare_iceberg/abc")
+    assert own is not None and inside is not None
+    vended = vend_azure.vend(flat, own, f"{BASE}/", own, 600, [inside])
+    assert dict(parse_qsl(vended.values["sasToken"]))["sr"] == "c"
