@@ -205,13 +205,15 @@ def _addressless(body: bytes) -> bytes:
     return re.sub(rb"http://[^/]+/delta-sharing/", b"http://server/delta-sharing/", body)
 
 
+@pytest.mark.parametrize("b_listed", [True, False], ids=["b-listed-14", "b-lists-15"])
 def test_a_worker_streaming_from_another_workers_build_across_a_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_plans: list[int]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_plans: list[int], b_listed: bool
 ) -> None:
-    """The reported race. Worker B builds the table's store file of version 14 (held
-    after listing the log, its build lock taken); a cold query on worker A streams the
-    head and first rows it reads itself; a commit lands (15); B writes its file; A maps
-    it and replays commit 15 on it. A's answer stays version 14's, whole."""
+    """The reported race. Worker B builds the table's store file (its build lock taken,
+    held after listing the log at version 14, or before listing it); a cold query on
+    worker A streams the head and first rows of 14 it reads itself; a commit lands (15);
+    B writes its file (of 14: A maps it and replays commit 15 on it; or of 15: A maps
+    that). A's answer stays version 14's, whole."""
     root = tmp_path / "t"
     version = _write_table(root)
     expected = _expected(root)
@@ -222,7 +224,13 @@ def test_a_worker_streaming_from_another_workers_build_across_a_commit(
     shared = next(iter(configured_tables(config)))
     builder = threading.Thread(target=worker_b.latest, args=(shared,), name="worker-b")
     b_building, release_b = _held(
-        monkeypatch, deltalog.snapshot_store.StoredTable, "_build", _on_thread("worker-b")
+        monkeypatch,
+        *(
+            (deltalog.snapshot_store.StoredTable, "_build")
+            if b_listed
+            else (deltalog.snapshot_store, "build_segment")
+        ),
+        _on_thread("worker-b"),
     )
     builder.start()
     assert b_building.wait(WAIT)
@@ -429,3 +437,35 @@ def test_two_workers_start_cold_on_the_same_version_and_agree(
         for streamed in answers:
             _check(streamed.answer, expected, version)
     assert early_plans  # at least one streamed early (the other may have found the file)
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["memory", "store"])
+def test_a_checkpoint_written_during_a_cold_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_plans: list[int], store: bool
+) -> None:
+    """delta-rs writes a checkpoint of the version being loaded while a cold query streams
+    it (its load held before its last step): the load keeps to the log files it listed,
+    and the answer is the one streamed from them, whole; the next query, warm, is the
+    same bytes."""
+    root = tmp_path / "t"
+    version = _write_table(root)
+    expected = _expected(root)
+    early_plans.clear()
+    load_held, release = _held(
+        monkeypatch, deltalog.snapshot.CheckpointRows, "tombstones", _on_thread("snapshot-load")
+    )
+    directory = tmp_path / "store" if store else None
+    try:
+        with run_server(_config(root, directory), tmp_path / "a") as server:
+            streamed = _Streamed(server.url(QUERY))
+            assert load_held.wait(WAIT) and streamed.first_file.wait(WAIT)
+            DeltaTable(str(root)).create_checkpoint()
+            assert (root / "_delta_log" / f"{version:020d}.checkpoint.parquet").exists()
+            release.set()
+            answer = streamed.answer
+            warm = httpx.post(server.url(QUERY), headers=AUTH, json={})
+    finally:
+        release.set()
+    assert early_plans == [version]
+    _check(answer, expected, version)
+    assert _addressless(warm.content) == _addressless(answer[2])
