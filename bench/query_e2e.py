@@ -538,7 +538,6 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
             # next to it (shared by the workers) count in the server's memory, not here.
             store = workdir / f"snapshots-concurrent-{name}"
             snapshot = sum(f.stat().st_size for f in store.rglob("*.snapshot"))
-            sidecars = sum(f.stat().st_size for f in store.rglob("*.snapshot.*"))
             for fmt in FORMATS:
                 cpu_start = tree_cpu_seconds(server.pid)
                 alone = curl_seconds(curl_query(base, name, fmt))
@@ -553,6 +552,7 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                 times = [curl_seconds(p) for p in running]
                 cpu_all = tree_cpu_seconds(server.pid) - cpu_start - cpu_alone
                 ratio = max(times) / alone
+                sidecars = sum(f.stat().st_size for f in store.rglob("*.snapshot.*"))
                 ok = ratio <= 2.5 and peak[0] < 2 * snapshot
                 met = met and ok
                 label = "S3 (moto)" if name == "s3" else "local"
