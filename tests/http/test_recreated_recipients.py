@@ -218,21 +218,23 @@ def test_s3_key_stops_when_its_credential_is_rotated_out(
     _access_denied(client, bucket)
 
 
-def test_page_token_of_a_deleted_and_recreated_recipient_is_refused(
+def test_page_and_refresh_tokens_of_a_deleted_and_recreated_recipient_are_refused(
     config_file: Path, server: RunningServer, tmp_path: Path
 ) -> None:
     profile = _acme(config_file, server, tmp_path / "acme.share")
-    first = _query(server, "parts", profile["bearerToken"], {"maxFiles": 1})
-    page_token = first[-1]["endStreamAction"]["nextPageToken"]
-    new_token = _recreate(config_file, server, tmp_path)
-    reply = httpx.post(
-        server.url(f"{T}/parts/query"),
-        headers=_headers(new_token),
-        json={"maxFiles": 1, "pageToken": page_token},
+    first = _query(
+        server, "parts", profile["bearerToken"], {"maxFiles": 1, "includeRefreshToken": True}
     )
-    assert reply.status_code == 400, reply.text
-    assert reply.json()["errorCode"] == "INVALID_PARAMETER_VALUE"
-    assert "earlier recipient of the same name" in reply.json()["message"]
+    end = first[-1]["endStreamAction"]
+    new_token = _recreate(config_file, server, tmp_path)
+    for body in (
+        {"maxFiles": 1, "pageToken": end["nextPageToken"]},
+        {"includeRefreshToken": True, "refreshToken": end["refreshToken"]},
+    ):
+        reply = httpx.post(server.url(f"{T}/parts/query"), headers=_headers(new_token), json=body)
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["errorCode"] == "INVALID_PARAMETER_VALUE"
+        assert "earlier recipient of the same name" in reply.json()["message"]
 
 
 def test_async_query_of_a_deleted_and_recreated_recipient_is_not_found(
