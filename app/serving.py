@@ -46,6 +46,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import is_ssl
 
+from app.balancing import BalancedServer, WorkerSlot
 from app.zero_copy import EXTENSION, HEAD_WITH_BODY, FileSender
 from sharing.config import LimitsConfig
 
@@ -80,6 +81,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     attribute, set by `limited_protocol`)."""
 
     limits: LimitsConfig = LimitsConfig()
+    load: WorkerSlot | None = None  # this worker's connection count (app.balancing)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -126,6 +128,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         super().connection_lost(exc)
+        if self.load is not None:  # counted when app.balancing accepted it
+            self.load.add(-1)
 
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer, self._drain_timer):
@@ -392,17 +396,24 @@ class _LingeringTransport:
         return getattr(self._transport, name)
 
 
-def limited_protocol(limits: LimitsConfig) -> type[LimitedHttpToolsProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to `limits`."""
-    return type("LakeshareHttpProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+def limited_protocol(
+    limits: LimitsConfig, load: WorkerSlot | None = None
+) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to `limits` (and to
+    the worker's connection count when connections are balanced over workers)."""
+    attributes = {"limits": limits, "load": load}
+    return type("LakeshareHttpProtocol", (LimitedHttpToolsProtocol,), attributes)
 
 
-def build_server(app: ASGIApp, limits: LimitsConfig, **options: Any) -> uvicorn.Server:
+def build_server(
+    app: ASGIApp, limits: LimitsConfig, balance: WorkerSlot | None = None, **options: Any
+) -> uvicorn.Server:
     """The uvicorn server for `app` with `limits` enforced; `options` are more
-    `uvicorn.Config` arguments (TLS files, ...)."""
+    `uvicorn.Config` arguments (TLS files, ...). With `balance` (one of several worker
+    processes), connections are accepted by app.balancing's rule."""
     config = uvicorn.Config(
         app,
-        http=limited_protocol(limits),
+        http=limited_protocol(limits, balance),
         log_config=None,
         access_log=False,  # ours omits query strings, which may carry signatures
         server_header=False,
@@ -414,11 +425,17 @@ def build_server(app: ASGIApp, limits: LimitsConfig, **options: Any) -> uvicorn.
         h11_max_incomplete_event_size=limits.max_header_bytes,
         **options,
     )
-    return uvicorn.Server(config)
+    return uvicorn.Server(config) if balance is None else BalancedServer(config, balance)
 
 
-def run(app: ASGIApp, sock: socket.socket, limits: LimitsConfig, **options: Any) -> int:
+def run(
+    app: ASGIApp,
+    sock: socket.socket,
+    limits: LimitsConfig,
+    balance: WorkerSlot | None = None,
+    **options: Any,
+) -> int:
     """Serve `app` on the bound `sock` until stopped; the process exit code."""
-    server = build_server(app, limits, **options)
+    server = build_server(app, limits, balance, **options)
     server.run(sockets=[sock])
     return 0 if server.started else 1

@@ -23,8 +23,13 @@ shared machine.
 The scans run twice, against a server without and with `sendfile` for file bodies
 (`limits.sendfile`, app.zero_copy), with pyarrow's direct read timed again before each.
 
+With `--compare REF`, the cold loadTable is also timed on a server of git revision REF
+(exported with `git archive`, run with this virtualenv), alternating with this tree's
+server `--cold-runs` times (each a new server and an empty metadata cache): old and new
+code in one run, by their server CPU.
+
 Usage: python bench/iceberg_catalog.py [--files N] [--scan-files M] [--rows-per-file R]
-       [--repeat K] [--workers W]
+       [--repeat K] [--workers W] [--compare REF] [--cold-runs C]
 """
 
 from __future__ import annotations
@@ -118,19 +123,25 @@ def write_scan_table(root: Path, files: int, rows: int) -> list[Path]:
     return paths
 
 
+REPO = HERE.parent
+
+
 def start_server(
-    config: Path, workdir: Path, workers: int = 1
+    config: Path, workdir: Path, workers: int = 1, tree: Path = REPO
 ) -> tuple[str, subprocess.Popen[bytes]]:
+    """`lakeshare serve` of the source tree `tree`, with this virtualenv."""
     port = free_port()
-    lakeshare = Path(sys.executable).with_name("lakeshare")
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    log = open(workdir / "server.log", "ab")  # noqa: SIM115 (lives as long as the process)
     process = subprocess.Popen(
         [
-            *(str(lakeshare), "serve", "--config", str(config)),
+            *(sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"),
+            *("serve", "--config", str(config)),
             *("--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
     )
     base = f"http://127.0.0.1:{port}/delta-sharing"
     wait_http(f"{base}/shares", process)
@@ -214,6 +225,40 @@ def load_average() -> str:
     return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
+def export_tree(ref: str, target: Path) -> Path:
+    """The files of git revision `ref` of this repository under `target`."""
+    target.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def cold_load(
+    config: dict[str, Any], work: Path, name: str, tree: Path
+) -> tuple[float, float, str, subprocess.Popen[bytes]]:
+    """A new server of `tree` with an empty metadata cache: the first loadTable of the
+    big table, its wall time and the server's CPU for it; the server is left running."""
+    cache = work / f"iceberg-cache-{name}"
+    shutil.rmtree(cache, ignore_errors=True)
+    config = {**config, "iceberg": {"cacheDir": str(cache)}}
+    config_path = work / f"config-{name}.yaml"
+    config_path.write_text(json.dumps(config))  # JSON is YAML
+    base, server = start_server(config_path, work, tree=tree)
+    try:
+        url = f"{base}/iceberg/v1/shares/s/namespaces/d/tables/big"
+        with httpx.Client(timeout=600) as client:
+            begin, cpu = time.perf_counter(), cpu_seconds(server.pid)
+            response = client.get(url, headers={"Authorization": f"Bearer {TOKEN}"})
+            wall, used = time.perf_counter() - begin, cpu_seconds(server.pid) - cpu
+        response.raise_for_status()
+    except BaseException:
+        stop(server)
+        raise
+    return wall, used, base, server
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=100_000)
@@ -221,6 +266,10 @@ def main() -> None:
     parser.add_argument("--rows-per-file", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--workers", type=int, default=1, help="server workers for the scans")
+    parser.add_argument(
+        "--compare", metavar="REF", help="git revision whose cold loadTable is timed too"
+    )
+    parser.add_argument("--cold-runs", type=int, default=1)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakeshare-iceberg-catalog-bench-"))
     server = None
@@ -242,8 +291,9 @@ def main() -> None:
             "iceberg": {"cacheDir": str(work / "iceberg-cache")},
             "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
         }
-        config_path = work / "config.yaml"
-        config_path.write_text(json.dumps(config))  # JSON is YAML
+        trees = [("this tree", REPO)]
+        if args.compare:
+            trees.append((args.compare, export_tree(args.compare, work / "compared")))
         print(f"load average at start: {load_average()}")
 
         # Baseline: the Delta snapshot of the big table, cold, in this process.
@@ -253,16 +303,25 @@ def main() -> None:
         service.at_version(shared, 1)
         snapshot_s, snapshot_cpu = time.perf_counter() - begin, time.process_time() - cpu
 
-        base, server = start_server(config_path, work)
+        # Cold loadTable, each tree's server in turn (the last one of this tree stays for
+        # the warm requests).
+        colds: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in trees}
+        base = ""
+        for run in range(args.cold_runs):
+            for index, (label, tree) in enumerate(reversed(trees) if run % 2 else trees):
+                wall, cpu, url_base, started = cold_load(config, work, f"{run}-{index}", tree)
+                colds[label].append((wall, cpu))
+                if label == trees[0][0] and run == args.cold_runs - 1:
+                    base, server = url_base, started
+                else:
+                    stop(started)
+        assert server is not None
+        cold_s = statistics.median(w for w, _ in colds[trees[0][0]])
+        cold_cpu = statistics.median(c for _, c in colds[trees[0][0]])
         headers = {"Authorization": f"Bearer {TOKEN}"}
         url = f"{base}/iceberg/v1/shares/s/namespaces/d/tables/big"
         with httpx.Client(timeout=600) as client:
-            begin, server_cpu = time.perf_counter(), cpu_seconds(server.pid)
-            first = client.get(url, headers=headers)
-            cold_s = time.perf_counter() - begin
-            cold_cpu = cpu_seconds(server.pid) - server_cpu
-            first.raise_for_status()
-            etag = first.headers["etag"]
+            etag = client.get(url, headers=headers).headers["etag"]
             warm_s, _ = median_time(lambda: client.get(url, headers=headers), 20)
             not_modified_s, _ = median_time(
                 lambda: client.get(url, headers={**headers, "If-None-Match": etag}), 20
@@ -275,8 +334,20 @@ def main() -> None:
         print(
             f"  cold loadTable (snapshots of versions 0 and 1 + their metadata): {cold_s:.2f} s "
             f"= {cold_s / snapshot_s:.1f}x the snapshot load; server CPU {cold_cpu:.2f} s "
-            f"= {cold_cpu / snapshot_cpu:.1f}x the snapshot load's CPU"
+            f"= {cold_cpu / snapshot_cpu:.1f}x the snapshot load's CPU "
+            f"(median of {args.cold_runs})"
         )
+        if args.compare:
+            print("  cold loadTable, each server (wall s / server CPU s per run, alternating):")
+            for label, runs in colds.items():
+                cpu = statistics.median(c for _, c in runs)
+                listed = ", ".join(f"{w:.2f}/{c:.2f}" for w, c in runs)
+                print(
+                    f"    {label}: median server CPU {cpu:.2f} s "
+                    f"= {cpu / snapshot_cpu:.1f}x the snapshot load's CPU ({listed})"
+                )
+            old_cpu = statistics.median(c for _, c in colds[args.compare])
+            print(f"  this tree's cold CPU / {args.compare}'s: {cold_cpu / old_cpu:.2f}")
         print(f"  warm loadTable: {warm_s * 1000:.1f} ms (median of 20; goal < 20 ms)")
         print(f"  warm loadTable with If-None-Match (304): {not_modified_s * 1000:.1f} ms")
 
