@@ -8,6 +8,10 @@ changes the secret the server expects, so the SigV4 signature made with the vend
 no longer matches: a key for one table or recipient never opens another, and its expiry
 cannot be extended. The token says nothing secret; the secret is never sent back.
 
+A key also names the generation of the recipient it was vended to
+(sharing.recipients.generations): a recipient deleted and re-created under the same name has
+another one, so the keys of the first stop opening anything (sharing.s3.access).
+
 A key's `scope` says what of the table it opens: none, the table's whole folder (a table
 the holder reads whole, with its history); otherwise the digest of the holder's slice
 (sharing.s3.scope), and the key opens only the files that slice's generated metadata names.
@@ -59,6 +63,7 @@ class KeyClaims:
     credential_id: str | None
     expires_ms: int
     scope: str | None = None
+    generation: int = 0  # the recipient's when the key was vended
 
     @property
     def bucket(self) -> str:
@@ -106,6 +111,7 @@ def _encode(claims: KeyClaims) -> str:
         "r": claims.recipient,
         "i": claims.credential_id,
         "e": claims.expires_ms,
+        "g": claims.generation,
     }
     if claims.scope is not None:
         document["k"] = claims.scope
@@ -135,13 +141,21 @@ def mint(
     credential_id: str | None,
     validity_seconds: int,
     scope: str | None = None,
+    generation: int = 0,
     now_ms: int | None = None,
 ) -> AccessKey:
     """A key for one table and holder, valid for `validity_seconds` from now, opening the
     table's folder (`scope` None) or the slice `scope` names."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     claims = KeyClaims(
-        share, schema, table, recipient, credential_id, now + validity_seconds * 1000, scope
+        share,
+        schema,
+        table,
+        recipient,
+        credential_id,
+        now + validity_seconds * 1000,
+        scope,
+        generation,
     )
     token = _encode(claims)
     return AccessKey(access_key_id(token), secret_for(signing_secret, token), token, claims)
@@ -163,13 +177,16 @@ def read_token(session_token: str) -> KeyClaims:
     credential_id = document.get("i")
     expires = document.get("e")
     scope = document.get("k")
+    generation = document.get("g", 0)  # absent from keys vended before generations
     if (
         not all(isinstance(n, str) and n for n in names)
         or not (credential_id is None or isinstance(credential_id, str))
         or not (scope is None or (isinstance(scope, str) and scope))
         or not isinstance(expires, int)
         or isinstance(expires, bool)
+        or not isinstance(generation, int)
+        or isinstance(generation, bool)
     ):
         raise MalformedKey("unreadable session token")
     share, schema, table, recipient = (str(n) for n in names)
-    return KeyClaims(share, schema, table, recipient, credential_id, expires, scope)
+    return KeyClaims(share, schema, table, recipient, credential_id, expires, scope, generation)
