@@ -94,7 +94,7 @@ class KeyChecker:
         if signed.session_token is None:
             raise S3Error(403, "InvalidToken", "A session token is required.", refused=True)
         try:
-            claims = keys.read_token(signed.session_token)
+            facts = keys.token_facts(self._secret, signed.session_token)
         except keys.MalformedKey:
             raise S3Error(
                 400,
@@ -102,16 +102,18 @@ class KeyChecker:
                 "The provided token is malformed or otherwise invalid.",
                 refused=True,
             ) from None
-        if keys.access_key_id(signed.session_token) != signed.access_key_id:
+        claims = facts.claims
+        if facts.access_key_id != signed.access_key_id:
             raise S3Error(
                 403,
                 "InvalidAccessKeyId",
                 "The access key id does not go with the session token.",
                 refused=True,
             )
-        secret = keys.secret_for(self._secret, signed.session_token)
         try:
-            sigv4.verify(signed, secret, method, raw_path, raw_query, header_lists, self._clock)
+            sigv4.verify(
+                signed, facts.secret, method, raw_path, raw_query, header_lists, self._clock
+            )
         except S3Error as exc:  # the holder the token names is only claimed
             exc.refusal = Refusal.claimed(
                 Reason.INVALID_CREDENTIALS, claims.recipient, claims.credential_id

@@ -33,11 +33,13 @@ __all__ = [
     "AccessKey",
     "KeyClaims",
     "MalformedKey",
+    "TokenFacts",
     "access_key_id",
     "bucket_for",
     "mint",
     "read_token",
     "secret_for",
+    "token_facts",
 ]
 
 KEY_REGION = "us-east-1"  # any region a client signs for is accepted; this is the default
@@ -159,6 +161,30 @@ def mint(
     )
     token = _encode(claims)
     return AccessKey(access_key_id(token), secret_for(signing_secret, token), token, claims)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenFacts:
+    """What a session token determines: its claims (unproven until a signature holds), its
+    access key id and its secret access key."""
+
+    claims: KeyClaims
+    access_key_id: str
+    secret: str
+
+
+@lru_cache(maxsize=4096)
+def token_facts(signing_secret: str | bytes, session_token: str) -> TokenFacts:
+    """`read_token`, `access_key_id` and `secret_for` of a token at once, remembered: all
+    three are functions of the token and the signing secret alone, and a client sends the
+    same token with every request (a scan: three per file). MalformedKey is not remembered.
+    What depends on time or on the server's state (expiry, the recipient, the table) is
+    checked on every request by the caller."""
+    return TokenFacts(
+        read_token(session_token),
+        access_key_id(session_token),
+        secret_for(signing_secret, session_token),
+    )
 
 
 def read_token(session_token: str) -> KeyClaims:
