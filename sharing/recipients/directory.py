@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import logging
 import secrets
 import threading
@@ -565,6 +567,10 @@ class RecipientDirectory:
         recipients: dict[str, Recipient] = {}
         tokens: dict[str, _Entry] = {}
         basic: dict[str, list[_Entry]] = {}
+        # What a configured credential adds to its recipient's generation: its secret's hash,
+        # but for a password given in plain text (hashed with a random salt on every read of
+        # the file) a keyed digest of it, the same in every worker, replica and reload.
+        material: dict[str, str] = {}
         if config.authorization is not None:
             digest = hash_token(config.authorization.bearer_token)
             recipient = Recipient(
@@ -603,6 +609,12 @@ class RecipientDirectory:
                         from sharing.recipients.hashing import hash_password
 
                         secret = hash_password(item.password)
+                        keyed = hmac.new(
+                            config.signing_secret,
+                            f"{name}\x00{item.password}".encode(),
+                            hashlib.sha256,
+                        )
+                        material[credential_id] = "password:" + keyed.hexdigest()
                     credential = Credential(
                         id=credential_id,
                         recipient=name,
@@ -629,7 +641,7 @@ class RecipientDirectory:
         for name, recipient in list(recipients.items()):
             if recipient.name == BEARER_TOKEN_RECIPIENT:
                 continue
-            hashes = [c.secret_hash or "" for c, r in entries if r.name == name]
+            hashes = [material.get(c.id, c.secret_hash or "") for c, r in entries if r.name == name]
             recipients[name] = replace(recipient, generation=config_generation(name, hashes))
         tokens = {k: (c, recipients[r.name]) for k, (c, r) in tokens.items()}
         basic = {n: [(c, recipients[r.name]) for c, r in listed] for n, listed in basic.items()}

@@ -147,3 +147,29 @@ def test_anonymous_derivations_hold_only_while_no_authorization_is_configured() 
     assert open_server.derived("anonymous", None, 0).sees_everything
     with pytest.raises(Forbidden):
         _directory(None).derived("anonymous", None, 0)
+
+
+def test_a_configured_basic_login_recipients_generation_is_the_same_everywhere() -> None:
+    """A password given in plain text is hashed with a random salt when the file is read:
+    the generation must not follow that hash, or each worker process (and each replica,
+    restart or reload of the same file) had its own, and a URL, page token or S3 key one
+    of them handed out failed on the others."""
+
+    def config(password: str) -> dict[str, object]:
+        entry = {
+            "name": "partner",
+            "shares": ["sales"],
+            "credentials": [{"type": "basic", "password": password}],
+        }
+        return {"recipients": [entry]}
+
+    first = _directory(None, **config("correct horse battery"))
+    partner = first.current("partner")
+    assert partner is not None and partner.generation > 0
+    other = _directory(None, **config("correct horse battery")).current("partner")
+    assert other is not None and other.generation == partner.generation
+    first.reload_config(make_config({**SHARES, **config("correct horse battery")}))
+    assert first.derived("partner", "config-partner-0", partner.generation)
+    # Another password in the file: another generation.
+    changed = _directory(None, **config("another password")).current("partner")
+    assert changed is not None and changed.generation != partner.generation
