@@ -322,13 +322,17 @@ class RequestContextMiddleware:
                     response.bytes_sent += count
                     if last:
                         finish()
-                await send(message)
-                sent = message.get(ZERO_COPY_SENT, 0)  # fewer than count: the client left
-                if count is None:
-                    response.bytes_sent += sent
-                    if last:
-                        finish()
-                response.delivered += sent
+                try:
+                    await send(message)
+                finally:
+                    # Fewer than count: the client left, or the file failed (shortened
+                    # meanwhile) after what went out before it: the audit counts those.
+                    sent = message.get(ZERO_COPY_SENT, 0)
+                    if count is None:
+                        response.bytes_sent += sent
+                        if last:
+                            finish()
+                    response.delivered += sent
                 return
             if kind == "http.response.start":
                 headers = list(message.get("headers", ()))

@@ -15,8 +15,10 @@ transport wait on its socket), the rest goes through the transport, read with `p
 piece at a time under uvicorn's flow control: the same bytes, in order, at the old path's
 cost. A client gone mid-body (EPIPE, ECONNRESET) ends the response as a disconnect, and
 the message records in `sent` how many bytes the connection took, for the audit record
-(app.middleware). A file shorter than its `count` (truncated meanwhile) is an OSError,
-after the bytes it had: the client sees a body shorter than its Content-Length.
+(app.middleware), also when the send fails. A file shorter than its `count` (truncated
+meanwhile) is an OSError: the client sees a body shorter than its Content-Length. Bytes
+sendfile queued on the socket still refer to the file's pages until they leave, so those
+past a truncation may go out as the truncation left them (zeros), in that cut response.
 """
 
 from __future__ import annotations

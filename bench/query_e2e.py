@@ -21,7 +21,7 @@ share a GIL), sampling the server's memory meanwhile: goal each of the N within 
 one alone, the server's memory (proportional set size of all its processes, mapped
 snapshot pages included) under 2x the snapshot's store file.
 
-`--compare-signing` then serves the S3 table from two servers at once, one signing in its
+`--compare-signing` then serves both tables from two servers at once, one signing in its
 signing helper processes (the default) and one in its workers (`signingHelper: false`),
 and alternates their runs: the old and the new way in the same load, wall and CPU time.
 
@@ -425,42 +425,45 @@ def warm_queries(
 
 
 def compare_signing(args: argparse.Namespace, workdir: Path, endpoint: str, table: Path) -> None:
-    """The S3 table's warm responses from two servers at once, one signing in its signing
-    helper processes and one in its workers (`signingHelper: false`), runs alternated so
-    both see the same load: wall time and the server's CPU (helpers included), medians."""
+    """Warm responses from two servers at once, one signing in its signing helper
+    processes and one in its workers (`signingHelper: false`), runs alternated so both see
+    the same load: wall time and the server's CPU (helpers included), medians."""
     servers = {}
     try:
         for helper in (True, False):
             name = "helper" if helper else "in-worker"
             config = fresh_config(
-                workdir, endpoint, table, name, not args.no_snapshot_cache, "s3", helper
+                workdir, endpoint, table, name, not args.no_snapshot_cache, None, helper
             )
             servers[helper] = start_server(config, workdir)
         for _, server in servers.values():
             wait_idle(server.pid)
-        cells = {(helper, fmt): Warm() for helper in servers for fmt in FORMATS}
+        cells = {(t, fmt, helper): Warm() for t in TABLES for fmt in FORMATS for helper in servers}
         with httpx.Client(timeout=600) as client:
-            for (helper, fmt), _ in cells.items():
-                check_lines(timed_query(client, servers[helper][0], "s3", fmt)[2], args.files)
-            for fmt in FORMATS:
-                for _ in range(args.runs):
-                    for helper, (base, server) in servers.items():
-                        cell = cells[(helper, fmt)]
-                        before = tree_cpu_seconds(server.pid)
-                        _, total, lines = timed_query(client, base, "s3", fmt)
-                        cell.cpu.append(tree_cpu_seconds(server.pid) - before)
-                        check_lines(lines, args.files)
-                        cell.total.append(total)
+            for name, fmt, helper in cells:
+                check_lines(timed_query(client, servers[helper][0], name, fmt)[2], args.files)
+            for name in TABLES:
+                for fmt in FORMATS:
+                    for _ in range(args.runs):
+                        for helper, (base, server) in servers.items():
+                            cell = cells[(name, fmt, helper)]
+                            before = tree_cpu_seconds(server.pid)
+                            _, total, lines = timed_query(client, base, name, fmt)
+                            cell.cpu.append(tree_cpu_seconds(server.pid) - before)
+                            check_lines(lines, args.files)
+                            cell.total.append(total)
     finally:
         for _, server in servers.values():
             stop(server, signal.SIGINT)
-    print(f"\nS3 signing, same run, runs alternated (median of {args.runs}):\n")
-    print("| format | signed in | warm total | server CPU (helpers included) |")
-    print("|---|---|---|---|")
-    for (helper, fmt), cell in sorted(cells.items(), key=lambda item: item[0][1]):
+    print(f"\nSigning in the helper vs in the worker, runs alternated (median of {args.runs}):\n")
+    print("| table | format | signed in | warm total | server CPU (helpers included) |")
+    print("|---|---|---|---|---|")
+    for (name, fmt, helper), cell in cells.items():
         total = median(cell.total)
+        label = "S3 (moto)" if name == "s3" else "local"
         print(
-            f"| {fmt} | {'helper process' if helper else 'worker (signingHelper: false)'} | "
+            f"| {label} | {fmt} | "
+            f"{'helper process' if helper else 'worker (signingHelper: false)'} | "
             f"{total:.2f} s ({args.files / total / 1000:,.0f}k files/s) | "
             f"{median(cell.cpu):.2f} s |"
         )
@@ -590,7 +593,7 @@ def main() -> None:
     parser.add_argument(
         "--compare-signing",
         action="store_true",
-        help="also time the S3 table signed in the workers (signingHelper: false) against "
+        help="also time both tables signed in the workers (signingHelper: false) against "
         "the signing helper, runs alternated between two servers",
     )
     args = parser.parse_args()

@@ -324,3 +324,38 @@ def _record(caplog: pytest.LogCaptureFixture, logger: str, request_id: str) -> d
                 return dict(record.__dict__)
         time.sleep(0.02)
     raise AssertionError(f"no {logger} line for {request_id}")
+
+
+@pytest.mark.slow
+def test_a_file_truncated_while_sent_ends_the_body_short_and_is_audited(
+    server: RunningServer, table: tuple[Path, bytes, bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file shrinks under a body being sent: the client gets the file's bytes up to its
+    new end, fewer bytes than the Content-Length, then the connection ends (never a hang),
+    the audit record counts what went out before the file ended (it said 0), and the
+    server goes on serving. (What was already in the socket's buffer past the new end
+    refers to the file's pages, which the truncation may have zeroed: the client can
+    only see those in a response it knows to be cut.)"""
+    caplog.set_level(logging.INFO)
+    root, small, big = table
+    shrinking = root / "shrinking.bin"
+    shrinking.write_bytes(big)
+    new_size = 1024 * 1024
+    client, bucket = _s3(server)
+    get = _presigned(client, bucket, "shrinking.bin")
+    with _connect(get, receive_buffer=16 * 1024) as sock:
+        sock.sendall(_request(get, X_Request_Id="shrunk-0001"))
+        reader = _Reader(sock)
+        status, headers = reader.head()
+        assert status == 200 and headers["content-length"] == str(BIG)
+        received = bytearray(reader.body(64 * 1024))
+        with open(shrinking, "r+b") as handle:
+            handle.truncate(new_size)
+        received += reader.buffer
+        while chunk := sock.recv(1 << 20):
+            received += chunk
+    assert new_size <= len(received) < BIG
+    assert received[:new_size] == big[:new_size]
+    audit = _record(caplog, "lakeshare.audit", "shrunk-0001")["audit"]
+    assert new_size <= audit["bytes"] <= len(received)
+    assert client.get_object(Bucket=bucket, Key="small.bin")["Body"].read() == small
