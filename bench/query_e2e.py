@@ -525,9 +525,9 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
     print(f"\n{args.concurrent} concurrent queries (each read by curl), per table and format:\n")
     print(
         "| table | format | alone | each of N at once (max) | ratio | server memory (PSS) "
-        "| snapshot |"
+        "| snapshot | server CPU: alone / all N |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name in TABLES:
         config = fresh_config(
             workdir, endpoint, table, f"concurrent-{name}", not args.no_snapshot_cache, name
@@ -541,9 +541,10 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
             # next to it (shared by the workers) count in the server's memory, not here.
             store = workdir / f"snapshots-concurrent-{name}"
             snapshot = sum(f.stat().st_size for f in store.rglob("*.snapshot"))
-            sidecars = sum(f.stat().st_size for f in store.rglob("*.snapshot.*"))
             for fmt in FORMATS:
+                cpu_start = tree_cpu_seconds(server.pid)
                 alone = curl_seconds(curl_query(base, name, fmt))
+                cpu_alone = tree_cpu_seconds(server.pid) - cpu_start
                 peak = [0, 0]
                 running = [curl_query(base, name, fmt) for _ in range(args.concurrent)]
                 while any(p.poll() is None for p in running):
@@ -552,7 +553,9 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                     peak = [max(peak[0], pss), max(peak[1], rss)]
                     time.sleep(0.1)
                 times = [curl_seconds(p) for p in running]
+                cpu_all = tree_cpu_seconds(server.pid) - cpu_start - cpu_alone
                 ratio = max(times) / alone
+                sidecars = sum(f.stat().st_size for f in store.rglob("*.snapshot.*"))
                 ok = ratio <= 2.5 and peak[0] < 2 * snapshot
                 met = met and ok
                 label = "S3 (moto)" if name == "s3" else "local"
@@ -560,7 +563,8 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                     f"| {label} | {fmt} | {alone:.2f} s | {max(times):.2f} s | {ratio:.2f}x | "
                     f"{peak[0] / 2**20:,.0f} MiB ({peak[0] / snapshot:.2f}x; largest process "
                     f"RSS {peak[1] / 2**20:,.0f} MiB) | {snapshot / 2**20:,.0f} MiB "
-                    f"(+ {sidecars / 2**20:,.0f} MiB of file ids) |"
+                    f"(+ {sidecars / 2**20:,.0f} MiB of file ids) | {cpu_alone:.2f} s / "
+                    f"{cpu_all:.2f} s |"
                 )
         finally:
             stop(server, signal.SIGINT)

@@ -358,6 +358,10 @@ class StoredTable:
                 return snapshot
             segment = build_segment(self.storage, self.table_root)
             version, announced = self._build(segment, clock)
+            # The build's row groups are freed: hand their pages back to the system (the
+            # allocator keeps them otherwise; tens of MB per million files in the process
+            # that built, while every process serves from the mapped file).
+            pa.default_memory_pool().release_unused()
             self.stored_version = version
             # Served from the file, like in every other process: the rows were streamed
             # into it, never all held in this process's memory.

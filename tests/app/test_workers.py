@@ -19,6 +19,7 @@ import httpx
 import orjson
 import pytest
 
+from app.balancing import WorkerLoads
 from app.workers import run_workers, worker_count
 from deltalog.snapshot_store import SUFFIX
 from tests.app.test_cli import announced_url, write_config
@@ -222,3 +223,28 @@ def _adds(table: Path) -> list[dict[str, str]]:
 
     files = DeltaTable(str(table)).snapshot().files
     return [{"path": p} for p in files.column("path").to_pylist()]
+
+
+def test_worker_loads_compare_live_siblings_across_a_fork() -> None:
+    """A worker defers only to a live sibling holding fewer connections; the counts are
+    seen across the fork (the supervisor made the memory, each worker writes its slot)."""
+    loads = WorkerLoads(3)
+    first, second = loads.slot(0), loads.slot(1)
+    first.start()
+    first.add(2)
+    assert not first.busier_than_a_sibling()  # no sibling serving yet
+    pid = os.fork()
+    if pid == 0:  # a worker: starts and takes one connection
+        second.start()
+        second.add(1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert first.busier_than_a_sibling() and not second.busier_than_a_sibling()
+    second.add(-1)
+    second.add(-1)  # never below zero
+    first.add(-2)
+    assert not first.busier_than_a_sibling()
+    first.add(1)
+    assert first.busier_than_a_sibling()
+    loads.gone(1)  # exited: no longer compared
+    assert not first.busier_than_a_sibling()
