@@ -29,6 +29,7 @@ from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 from sharing.store import StoreError
 
 if TYPE_CHECKING:
+    from app.balancing import WorkerSlot  # imported with the server, after the config
     from sharing.catalog import SharedTable
     from sharing.tables import TableService
 
@@ -254,19 +255,22 @@ def _run_workers(
 ) -> int:
     """N processes serving `sock` (app.workers); the first one also checks the tables at
     start-up, which writes their snapshots to the shared cache for the others to map."""
+    from app.balancing import WorkerLoads
     from app.main import create_app
     from app.workers import run_workers
+
+    loads = WorkerLoads(workers)  # shared by the workers: connections are spread over them
 
     def worker(index: int) -> int:
         app = create_app(config)
         if index == 0:
             _check_in_background(app, config)
         _reload_live(app, *source)
-        return _run(app, sock, ssl_options, config.limits)
+        return _run(app, sock, ssl_options, config.limits, loads.slot(index))
 
     print(f"Worker processes: {workers}")
     sys.stdout.flush()
-    return run_workers(workers, worker)
+    return run_workers(workers, worker, exited=loads.gone)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -389,11 +393,15 @@ def _write_profile(config: ServerConfig, path: Path, endpoint: str) -> Path:
 
 
 def _run(
-    app: ASGIApp, sock: socket.socket, ssl_options: dict[str, Any], limits: LimitsConfig
+    app: ASGIApp,
+    sock: socket.socket,
+    ssl_options: dict[str, Any],
+    limits: LimitsConfig,
+    balance: WorkerSlot | None = None,
 ) -> int:
     from app.serving import run
 
-    return run(app, sock, limits, **ssl_options)
+    return run(app, sock, limits, balance, **ssl_options)
 
 
 def _with_snapshot_cache(config: ServerConfig) -> ServerConfig:

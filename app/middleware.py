@@ -24,6 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.audit import AuditTrail
 from app.logs import request_id_var
 from app.responses import error_response
+from app.zero_copy import EXTENSION as ZERO_COPY
+from app.zero_copy import SENT as ZERO_COPY_SENT
 
 __all__ = [
     "RECIPIENT_STATE",
@@ -312,6 +314,25 @@ class RequestContextMiddleware:
                 await send(message)  # returns once the connection took it (flow control)
                 if not response.gone:
                     response.delivered += len(body)
+                return
+            if kind == ZERO_COPY:  # a file's span, sent by the server (app.zero_copy)
+                count = message.get("count")  # the routes' messages name it
+                last = not message.get("more_body", False)
+                if count is not None:
+                    response.bytes_sent += count
+                    if last:
+                        finish()
+                try:
+                    await send(message)
+                finally:
+                    # Fewer than count: the client left, or the file failed (shortened
+                    # meanwhile) after what went out before it: the audit counts those.
+                    sent = message.get(ZERO_COPY_SENT, 0)
+                    if count is None:
+                        response.bytes_sent += sent
+                        if last:
+                            finish()
+                    response.delivered += sent
                 return
             if kind == "http.response.start":
                 headers = list(message.get("headers", ()))

@@ -14,6 +14,8 @@ request:
   no complete body `bodyReadTimeoutSeconds` after the headers -> closed; a connection
   silent for `idleTimeoutSeconds` (also right after it opens) -> closed;
 - more than `maxConnections` open connections -> 503 with Retry-After, closed at once;
+- file bodies: ASGI's `http.response.zerocopysend` extension, advertised on plain TCP
+  connections, sends a file with `os.sendfile` (app.zero_copy);
 - a response that closes the connection while its request body is still arriving (the
   413 of `app.limits`) is a lingering close: the response and our FIN go out, then what
   the client still sends is read and discarded, up to `drainBodyBytes` and
@@ -36,9 +38,16 @@ from typing import Any
 import httptools
 import orjson
 import uvicorn
-from starlette.types import ASGIApp
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+from uvicorn.protocols.utils import is_ssl
 
+from app.balancing import BalancedServer, WorkerSlot
+from app.zero_copy import EXTENSION, FileSender
 from sharing.config import LimitsConfig
 
 __all__ = ["build_server", "limited_protocol", "refusal_bytes", "run"]
@@ -72,6 +81,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     attribute, set by `limited_protocol`)."""
 
     limits: LimitsConfig = LimitsConfig()
+    load: WorkerSlot | None = None  # this worker's connection count (app.balancing)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -86,11 +96,16 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._lingering = False  # the response is out; the unread body is being discarded
         self._drained_bytes = 0
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._file_sender: FileSender | None = None
 
     # --- connection --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        # Under TLS, the transport encrypts: no byte may bypass it.
+        if self.limits.sendfile and sock is not None and not is_ssl(transport):
+            self._file_sender = FileSender(sock.fileno(), transport)
         if len(self.connections) > self.limits.max_connections:
             log.warning(
                 "refused a connection: %d open, maxConnections is %d",
@@ -113,6 +128,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         super().connection_lost(exc)
+        if self.load is not None:  # counted when app.balancing accepted it
+            self.load.add(-1)
 
     def _cancel_timers(self) -> None:
         for timer in (self._head_timer, self._body_timer, self._drain_timer):
@@ -171,6 +188,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._file_sender is not None:
+            self.scope["extensions"] = {EXTENSION: {}}
         self._head_bytes = 0
         self._header_count = 0
         self._head_pending = True
@@ -218,6 +237,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._body_timer = None
         self._awaiting_head = True
         super().on_message_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        sender = self._file_sender
+        if sender is not None:
+            app = _with_file_sender(app, sender, cycle)
+        super()._start_asgi_task(cycle, app)
 
     def on_response_complete(self) -> None:
         if self._lingering:  # no keep-alive timer, no pipelined request: only the drain
@@ -336,6 +361,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
+def _with_file_sender(app: Any, sender: FileSender, cycle: RequestResponseCycle) -> Any:
+    """`app` with a `send` that hands `zerocopysend` messages of `cycle` to `sender`."""
+
+    async def send(message: Message) -> None:
+        if message["type"] == EXTENSION:
+            await sender.send(cycle, message)  # type: ignore[arg-type]
+        else:
+            await cycle.send(message)  # type: ignore[arg-type]
+
+    async def run(scope: Scope, receive: Receive, _: Send) -> None:
+        await app(scope, receive, send)
+
+    return run
+
+
 class _LingeringTransport:
     """The connection's transport as a request's cycle sees it: uvicorn's cycle closes the
     transport itself once a `connection: close` response is complete; here that close is
@@ -352,17 +392,24 @@ class _LingeringTransport:
         return getattr(self._transport, name)
 
 
-def limited_protocol(limits: LimitsConfig) -> type[LimitedHttpToolsProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to `limits`."""
-    return type("LakeshareHttpProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+def limited_protocol(
+    limits: LimitsConfig, load: WorkerSlot | None = None
+) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to `limits` (and to
+    the worker's connection count when connections are balanced over workers)."""
+    attributes = {"limits": limits, "load": load}
+    return type("LakeshareHttpProtocol", (LimitedHttpToolsProtocol,), attributes)
 
 
-def build_server(app: ASGIApp, limits: LimitsConfig, **options: Any) -> uvicorn.Server:
+def build_server(
+    app: ASGIApp, limits: LimitsConfig, balance: WorkerSlot | None = None, **options: Any
+) -> uvicorn.Server:
     """The uvicorn server for `app` with `limits` enforced; `options` are more
-    `uvicorn.Config` arguments (TLS files, ...)."""
+    `uvicorn.Config` arguments (TLS files, ...). With `balance` (one of several worker
+    processes), connections are accepted by app.balancing's rule."""
     config = uvicorn.Config(
         app,
-        http=limited_protocol(limits),
+        http=limited_protocol(limits, balance),
         log_config=None,
         access_log=False,  # ours omits query strings, which may carry signatures
         server_header=False,
@@ -374,11 +421,17 @@ def build_server(app: ASGIApp, limits: LimitsConfig, **options: Any) -> uvicorn.
         h11_max_incomplete_event_size=limits.max_header_bytes,
         **options,
     )
-    return uvicorn.Server(config)
+    return uvicorn.Server(config) if balance is None else BalancedServer(config, balance)
 
 
-def run(app: ASGIApp, sock: socket.socket, limits: LimitsConfig, **options: Any) -> int:
+def run(
+    app: ASGIApp,
+    sock: socket.socket,
+    limits: LimitsConfig,
+    balance: WorkerSlot | None = None,
+    **options: Any,
+) -> int:
     """Serve `app` on the bound `sock` until stopped; the process exit code."""
-    server = build_server(app, limits, **options)
+    server = build_server(app, limits, balance, **options)
     server.run(sockets=[sock])
     return 0 if server.started else 1

@@ -77,15 +77,17 @@ def default_snapshot_cache_dir() -> Path:
     return root / "snapshots"
 
 
-def run_workers(count: int, run_worker: Callable[[int], int]) -> int:
+def run_workers(
+    count: int, run_worker: Callable[[int], int], exited: Callable[[int], None] | None = None
+) -> int:
     """Run `run_worker(index)` in `count` forked processes until the supervisor is told to
     stop (SIGTERM, SIGINT), which it passes on as SIGTERM (each worker's uvicorn then
     finishes its requests). SIGHUP is passed on as it is: each worker reloads its
     configuration (app.reload); a worker ignores it until its reloader is in place. A
     worker that exits while the server runs is restarted, unless it exited by itself
     within `MIN_UPTIME_SECONDS` of starting (it cannot start): then all stop and the
-    result is 1. Call it before starting any thread: forking copies only the calling
-    thread."""
+    result is 1. `exited(index)` is called when the worker at `index` has exited. Call
+    it before starting any thread: forking copies only the calling thread."""
     for hook in BEFORE_FORK:
         hook(count)
     stopping = False
@@ -122,8 +124,10 @@ def run_workers(count: int, run_worker: Callable[[int], int]) -> int:
             if pid not in started:
                 continue
             index, since = started.pop(pid)
-            for exited in WORKER_EXITED:
-                exited(pid)
+            for hook in WORKER_EXITED:
+                hook(pid)
+            if exited is not None:
+                exited(index)
             if stopping:
                 continue
             code = os.waitstatus_to_exitcode(status)

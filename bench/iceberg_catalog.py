@@ -16,11 +16,20 @@
 Wall times (median of `--repeat`), with the load average, since other work shares the
 machine: compare within the run.
 
-Server CPU (the server process's user + system time) is printed per read and per file
+Server CPU (the server's processes' user + system time) is printed per read and per file
 beside the S3 endpoint's and the scans' times: the figure to judge the endpoint by on a
 shared machine.
 
+The scans run twice, against a server without and with `sendfile` for file bodies
+(`limits.sendfile`, app.zero_copy), with pyarrow's direct read timed again before each.
+
+With `--compare REF`, the cold loadTable is also timed on a server of git revision REF
+(exported with `git archive`, run with this virtualenv), alternating with this tree's
+server `--cold-runs` times (each a new server and an empty metadata cache): old and new
+code in one run, by their server CPU.
+
 Usage: python bench/iceberg_catalog.py [--files N] [--scan-files M] [--rows-per-file R]
+       [--repeat K] [--workers W] [--compare REF] [--cold-runs C]
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from iceberg_metadata import write_table as write_big_table  # noqa: E402
 from sharing.catalog import SharedTable  # noqa: E402
 from sharing.config import ServerConfig, TableConfig  # noqa: E402
 from sharing.tables import TableService  # noqa: E402
-from tests.support.processes import free_port, stop, wait_http  # noqa: E402
+from tests.support.processes import cpu_seconds, free_port, stop, wait_http  # noqa: E402
 
 TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
@@ -114,17 +123,25 @@ def write_scan_table(root: Path, files: int, rows: int) -> list[Path]:
     return paths
 
 
-def start_server(config: Path, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+REPO = HERE.parent
+
+
+def start_server(
+    config: Path, workdir: Path, workers: int = 1, tree: Path = REPO
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """`lakeshare serve` of the source tree `tree`, with this virtualenv."""
     port = free_port()
-    lakeshare = Path(sys.executable).with_name("lakeshare")
-    log = open(workdir / "server.log", "wb")  # noqa: SIM115 (lives as long as the process)
+    log = open(workdir / "server.log", "ab")  # noqa: SIM115 (lives as long as the process)
     process = subprocess.Popen(
         [
-            *(str(lakeshare), "serve", "--config", str(config)),
-            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+            *(sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"),
+            *("serve", "--config", str(config)),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)),
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
     )
     base = f"http://127.0.0.1:{port}/delta-sharing"
     wait_http(f"{base}/shares", process)
@@ -138,12 +155,6 @@ def median_time(run: Callable[[], object], repeat: int) -> tuple[float, object]:
         result = run()
         times.append(time.perf_counter() - begin)
     return statistics.median(times), result
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def endpoint_filesystem(properties: dict[str, str]) -> Any:
@@ -165,8 +176,87 @@ def endpoint_filesystem(properties: dict[str, str]) -> Any:
     )
 
 
+def scan_through_catalog(
+    base: str,
+    pid: int,
+    parquet_files: list[Path],
+    rows: int,
+    direct_s: float,
+    args: argparse.Namespace,
+) -> None:
+    """pyarrow through the S3 endpoint, then PyIceberg scans with the folder's key and with a
+    key for named files, against `direct_s` (pyarrow from disk); server CPU from `pid`."""
+    from pyiceberg.catalog import load_catalog
+
+    catalog = load_catalog("bench", type="rest", uri=f"{base}/iceberg", token=TOKEN, warehouse="s")
+    # Local tables are read through the server's S3 endpoint (docs/s3-endpoint.md): pyarrow
+    # reading the same files there with the vended key separates the transport from
+    # PyIceberg's own work.
+    folder_table = catalog.load_table("d.scan_s3")
+    fs = endpoint_filesystem(folder_table.io.properties)
+    bucket = folder_table.location().removeprefix("s3://").rstrip("/")
+    keys = [f"{bucket}/{p.name}" for p in parquet_files]
+    cpu = cpu_seconds(pid)
+    over_s3_s, _ = median_time(lambda: pq.read_table(keys, filesystem=fs), args.repeat)
+    over_s3_cpu = (cpu_seconds(pid) - cpu) / args.repeat
+    print(
+        f"    pyarrow reading them through the server's S3 endpoint: {over_s3_s:.3f} s "
+        f"= {over_s3_s / direct_s:.2f}x; server CPU {over_s3_cpu:.3f} s per read "
+        f"({over_s3_cpu / args.scan_files * 1000:.2f} ms per file)"
+    )
+    for name, label in (
+        ("scan_s3", "PyIceberg through the catalog, the folder's key"),
+        ("scan_latest", "PyIceberg through the catalog, a key for named files"),
+    ):
+        table = catalog.load_table(f"d.{name}")
+        plan_s, _ = median_time(lambda t=table: list(t.scan().plan_files()), args.repeat)
+        cpu = cpu_seconds(pid)
+        scan_s, result = median_time(lambda t=table: t.scan().to_arrow(), args.repeat)
+        scan_cpu = (cpu_seconds(pid) - cpu) / args.repeat
+        assert result.num_rows == rows  # type: ignore[attr-defined]
+        print(
+            f"    {label}: {scan_s:.3f} s = {scan_s / direct_s:.2f}x "
+            f"(goal <= 1.3x; planning {plan_s:.3f} s); server CPU {scan_cpu:.3f} s "
+            f"per scan ({scan_cpu / args.scan_files * 1000:.2f} ms per file)"
+        )
+
+
 def load_average() -> str:
     return " ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
+def export_tree(ref: str, target: Path) -> Path:
+    """The files of git revision `ref` of this repository under `target`."""
+    target.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def cold_load(
+    config: dict[str, Any], work: Path, name: str, tree: Path
+) -> tuple[float, float, str, subprocess.Popen[bytes]]:
+    """A new server of `tree` with an empty metadata cache: the first loadTable of the
+    big table, its wall time and the server's CPU for it; the server is left running."""
+    cache = work / f"iceberg-cache-{name}"
+    shutil.rmtree(cache, ignore_errors=True)
+    config = {**config, "iceberg": {"cacheDir": str(cache)}}
+    config_path = work / f"config-{name}.yaml"
+    config_path.write_text(json.dumps(config))  # JSON is YAML
+    base, server = start_server(config_path, work, tree=tree)
+    try:
+        url = f"{base}/iceberg/v1/shares/s/namespaces/d/tables/big"
+        with httpx.Client(timeout=600) as client:
+            begin, cpu = time.perf_counter(), cpu_seconds(server.pid)
+            response = client.get(url, headers={"Authorization": f"Bearer {TOKEN}"})
+            wall, used = time.perf_counter() - begin, cpu_seconds(server.pid) - cpu
+        response.raise_for_status()
+    except BaseException:
+        stop(server)
+        raise
+    return wall, used, base, server
 
 
 def main() -> None:
@@ -175,6 +265,11 @@ def main() -> None:
     parser.add_argument("--scan-files", type=int, default=200)
     parser.add_argument("--rows-per-file", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=1, help="server workers for the scans")
+    parser.add_argument(
+        "--compare", metavar="REF", help="git revision whose cold loadTable is timed too"
+    )
+    parser.add_argument("--cold-runs", type=int, default=1)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakeshare-iceberg-catalog-bench-"))
     server = None
@@ -196,8 +291,9 @@ def main() -> None:
             "iceberg": {"cacheDir": str(work / "iceberg-cache")},
             "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
         }
-        config_path = work / "config.yaml"
-        config_path.write_text(json.dumps(config))  # JSON is YAML
+        trees = [("this tree", REPO)]
+        if args.compare:
+            trees.append((args.compare, export_tree(args.compare, work / "compared")))
         print(f"load average at start: {load_average()}")
 
         # Baseline: the Delta snapshot of the big table, cold, in this process.
@@ -207,16 +303,25 @@ def main() -> None:
         service.at_version(shared, 1)
         snapshot_s, snapshot_cpu = time.perf_counter() - begin, time.process_time() - cpu
 
-        base, server = start_server(config_path, work)
+        # Cold loadTable, each tree's server in turn (the last one of this tree stays for
+        # the warm requests).
+        colds: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in trees}
+        base = ""
+        for run in range(args.cold_runs):
+            for index, (label, tree) in enumerate(reversed(trees) if run % 2 else trees):
+                wall, cpu, url_base, started = cold_load(config, work, f"{run}-{index}", tree)
+                colds[label].append((wall, cpu))
+                if label == trees[0][0] and run == args.cold_runs - 1:
+                    base, server = url_base, started
+                else:
+                    stop(started)
+        assert server is not None
+        cold_s = statistics.median(w for w, _ in colds[trees[0][0]])
+        cold_cpu = statistics.median(c for _, c in colds[trees[0][0]])
         headers = {"Authorization": f"Bearer {TOKEN}"}
         url = f"{base}/iceberg/v1/shares/s/namespaces/d/tables/big"
         with httpx.Client(timeout=600) as client:
-            begin, server_cpu = time.perf_counter(), process_cpu(server.pid)
-            first = client.get(url, headers=headers)
-            cold_s = time.perf_counter() - begin
-            cold_cpu = process_cpu(server.pid) - server_cpu
-            first.raise_for_status()
-            etag = first.headers["etag"]
+            etag = client.get(url, headers=headers).headers["etag"]
             warm_s, _ = median_time(lambda: client.get(url, headers=headers), 20)
             not_modified_s, _ = median_time(
                 lambda: client.get(url, headers={**headers, "If-None-Match": etag}), 20
@@ -229,55 +334,49 @@ def main() -> None:
         print(
             f"  cold loadTable (snapshots of versions 0 and 1 + their metadata): {cold_s:.2f} s "
             f"= {cold_s / snapshot_s:.1f}x the snapshot load; server CPU {cold_cpu:.2f} s "
-            f"= {cold_cpu / snapshot_cpu:.1f}x the snapshot load's CPU"
+            f"= {cold_cpu / snapshot_cpu:.1f}x the snapshot load's CPU "
+            f"(median of {args.cold_runs})"
         )
+        if args.compare:
+            print("  cold loadTable, each server (wall s / server CPU s per run, alternating):")
+            for label, runs in colds.items():
+                cpu = statistics.median(c for _, c in runs)
+                listed = ", ".join(f"{w:.2f}/{c:.2f}" for w, c in runs)
+                print(
+                    f"    {label}: median server CPU {cpu:.2f} s "
+                    f"= {cpu / snapshot_cpu:.1f}x the snapshot load's CPU ({listed})"
+                )
+            old_cpu = statistics.median(c for _, c in colds[args.compare])
+            print(f"  this tree's cold CPU / {args.compare}'s: {cold_cpu / old_cpu:.2f}")
         print(f"  warm loadTable: {warm_s * 1000:.1f} ms (median of 20; goal < 20 ms)")
         print(f"  warm loadTable with If-None-Match (304): {not_modified_s * 1000:.1f} ms")
 
-        from pyiceberg.catalog import load_catalog
+        stop(server)
+        server = None
 
-        catalog = load_catalog(
-            "bench", type="rest", uri=f"{base}/iceberg", token=TOKEN, warehouse="s"
-        )
-        direct_s, direct = median_time(
-            lambda: pq.read_table([str(p) for p in parquet_files]), args.repeat
-        )
+        def read_directly() -> pa.Table:
+            return pq.read_table([str(p) for p in parquet_files])
+
+        direct_s, direct = median_time(read_directly, args.repeat)
         rows = direct.num_rows  # type: ignore[attr-defined]
         print(
             f"\nfull scan of a {args.scan_files}-file local table ({rows} rows), "
-            f"median of {args.repeat}:"
+            f"median of {args.repeat}, server with {args.workers} worker(s):"
         )
         print(f"  pyarrow reading the files directly (baseline): {direct_s:.3f} s")
-        # Local tables are read through the server's S3 endpoint (docs/s3-endpoint.md):
-        # pyarrow reading the same files there with the vended key separates the transport
-        # from PyIceberg's own work.
-        folder_table = catalog.load_table("d.scan_s3")
-        fs = endpoint_filesystem(folder_table.io.properties)
-        bucket = folder_table.location().removeprefix("s3://").rstrip("/")
-        keys = [f"{bucket}/{p.name}" for p in parquet_files]
-        cpu = process_cpu(server.pid)
-        over_s3_s, _ = median_time(lambda: pq.read_table(keys, filesystem=fs), args.repeat)
-        over_s3_cpu = (process_cpu(server.pid) - cpu) / args.repeat
-        print(
-            f"  pyarrow reading them through the server's S3 endpoint: {over_s3_s:.3f} s "
-            f"= {over_s3_s / direct_s:.2f}x; server CPU {over_s3_cpu:.3f} s per read "
-            f"({over_s3_cpu / args.scan_files * 1000:.2f} ms per file)"
-        )
-        for name, label in (
-            ("scan_s3", "PyIceberg through the catalog, the folder's key"),
-            ("scan_latest", "PyIceberg through the catalog, a key for named files"),
-        ):
-            table = catalog.load_table(f"d.{name}")
-            plan_s, _ = median_time(lambda t=table: list(t.scan().plan_files()), args.repeat)
-            cpu = process_cpu(server.pid)
-            scan_s, result = median_time(lambda t=table: t.scan().to_arrow(), args.repeat)
-            scan_cpu = (process_cpu(server.pid) - cpu) / args.repeat
-            assert result.num_rows == rows  # type: ignore[attr-defined]
+        # The same server without and with sendfile (limits.sendfile), one after the other.
+        for sendfile in (False, True):
+            variant = work / f"config-sendfile-{sendfile}.yaml"
+            variant.write_text(json.dumps({**config, "limits": {"sendfile": sendfile}}))
+            base, server = start_server(variant, work, args.workers)
+            direct_s, _ = median_time(read_directly, args.repeat)  # the baseline, again
             print(
-                f"  {label}: {scan_s:.3f} s = {scan_s / direct_s:.2f}x "
-                f"(goal <= 1.3x; planning {plan_s:.3f} s); server CPU {scan_cpu:.3f} s "
-                f"per scan ({scan_cpu / args.scan_files * 1000:.2f} ms per file)"
+                f"  file bodies {'with' if sendfile else 'without'} sendfile "
+                f"(pyarrow from disk now {direct_s:.3f} s):"
             )
+            scan_through_catalog(base, server.pid, parquet_files, rows, direct_s, args)
+            stop(server)
+            server = None
         print(f"\nload average at end: {load_average()}")
     finally:
         if server is not None:

@@ -126,6 +126,24 @@ class _Connection:
         poller.register(self.sock, select.POLLIN)
         return bool(poller.poll(0))
 
+    def surplus(self) -> bool:
+        """Whether bytes past the response just read have arrived: in the reader's buffer or
+        (TLS) decrypted and waiting, where `dropped` does not see them. They are no answer
+        to the next request; the connection must not serve one."""
+        sock = self.sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        timeout = sock.gettimeout()
+        sock.settimeout(0)  # peek returns what is buffered, else one read that cannot wait
+        try:
+            return bool(self.reader.peek(1))
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return False
+        except OSError:
+            return True  # whatever it is, the connection is not one to keep
+        finally:
+            sock.settimeout(timeout)
+
 
 _IDLE: dict[tuple[str, str, int], list[_Connection]] = {}
 _LOCK = threading.Lock()
@@ -282,7 +300,7 @@ def _exchange(
             raise Fallback(_after(retries, url, _ssl_error(exc))) from exc
         except (OSError, ValueError, _EndOfStream) as exc:
             raise Fallback(_after(retries, url, _read_error(exc))) from exc
-        reusable = delimited and head.keep_alive
+        reusable = delimited and head.keep_alive and not connection.surplus()
         return status, body
     finally:
         if reusable:

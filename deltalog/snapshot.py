@@ -12,7 +12,7 @@ looked up on first use, so loading a snapshot never lists more than its log segm
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +37,9 @@ from deltalog.replay import (
 )
 from deltalog.storage.base import FileInfo, Storage
 
+if TYPE_CHECKING:  # the store imports this module
+    from deltalog.snapshot_store import StoredPaths
+
 CommitClock = Callable[[int, int | None], int]
 """clock(version, in-commit timestamp already read from that commit or None) -> the
 version's commit timestamp in ms (deltalog.history's definition)."""
@@ -56,6 +59,7 @@ class Snapshot:
         "metadata",
         "protocol",
         "storage",
+        "stored_paths",
         "table_root",
         "txns",
         "version",
@@ -75,8 +79,12 @@ class Snapshot:
         domain_metadata: dict[str, dict[str, Any]],
         checkpoint_version: int | None = None,
         in_commit_timestamp: int | None = None,
+        stored_paths: StoredPaths | None = None,
     ) -> None:
         protocol, metadata = require_readable(version, protocol, metadata)
+        # The store file this snapshot (or the base it followed commits from) was mapped
+        # from: columns derived from its paths are shared between processes through it.
+        self.stored_paths = stored_paths
         self.storage = storage
         self.table_root = table_root
         self.version = version
@@ -159,6 +167,7 @@ class Snapshot:
             domain_metadata=domains,
             checkpoint_version=self.checkpoint_version,
             in_commit_timestamp=commits[-1].in_commit_timestamp,
+            stored_paths=self.stored_paths,
         )
 
     def with_files(self, active: FileChunks) -> Snapshot:
@@ -176,6 +185,7 @@ class Snapshot:
             domain_metadata=dict(self.domain_metadata),
             checkpoint_version=self.checkpoint_version,
             in_commit_timestamp=self._in_commit_timestamp,
+            stored_paths=self.stored_paths,
         )
 
     def __repr__(self) -> str:

@@ -287,8 +287,7 @@ class SnapshotStore:
         folder = self.table_dir(identity)
         for version in self.versions(identity)[self.keep :]:
             if version < newest:
-                with contextlib.suppress(FileNotFoundError):
-                    self.path(identity, version).unlink()
+                _remove_with_sidecars(self.path(identity, version))
         now = time.time()
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(folder):
@@ -321,8 +320,7 @@ class SnapshotStore:
             return None
         except (StoreCorrupt, DeltaError, pa.ArrowException, OSError, ValueError) as exc:
             log.warning("snapshot store: %s is not usable (%s); rebuilding it", path.name, exc)
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            _remove_with_sidecars(path)
             return None
 
 
@@ -360,6 +358,10 @@ class StoredTable:
                 return snapshot
             segment = build_segment(self.storage, self.table_root)
             version, announced = self._build(segment, clock)
+            # The build's row groups are freed: hand their pages back to the system (the
+            # allocator keeps them otherwise; tens of MB per million files in the process
+            # that built, while every process serves from the mapped file).
+            pa.default_memory_pool().release_unused()
             self.stored_version = version
             # Served from the file, like in every other process: the rows were streamed
             # into it, never all held in this process's memory.
@@ -763,13 +765,16 @@ def _typed(batch: pa.RecordBatch, struct: pa.StructType) -> pa.RecordBatch:
     return batch.append_column(field, values)
 
 
-def _header(handle: Any, size: int) -> dict[str, Any]:
+def _header(
+    handle: Any, size: int, magic: bytes = MAGIC, version: int = FORMAT
+) -> tuple[dict[str, Any], int]:
+    """The header of a store (or sidecar) file and its crc32."""
     if size < _TRAILER.size:
         raise StoreCorrupt(f"truncated ({size} bytes)")
     handle.seek(size - _TRAILER.size)
-    offset, length, crc, magic = _TRAILER.unpack(handle.read(_TRAILER.size))
-    if magic != MAGIC:
-        raise StoreCorrupt("no snapshot trailer (truncated or not a snapshot file)")
+    offset, length, crc, found = _TRAILER.unpack(handle.read(_TRAILER.size))
+    if found != magic:
+        raise StoreCorrupt("no trailer (truncated or not a file of this store)")
     if offset + length + _TRAILER.size != size:
         raise StoreCorrupt("trailer does not match the file size")
     handle.seek(offset)
@@ -777,11 +782,11 @@ def _header(handle: Any, size: int) -> dict[str, Any]:
     if zlib.crc32(raw) != crc:
         raise StoreCorrupt("header checksum mismatch")
     header = orjson.loads(raw)
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
+    if not isinstance(header, dict) or header.get("format") != version:
         raise StoreCorrupt("unknown format")
     if header.get("data_length") != offset:
         raise StoreCorrupt("header does not match the file layout")
-    return header
+    return header, crc
 
 
 def _read(
@@ -796,7 +801,7 @@ def _read(
 ) -> Snapshot:
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        header = _header(handle, size)
+        header, header_crc = _header(handle, size)
         if header.get("table") != identity:
             raise StoreCorrupt("written for another table")
         if header.get("version") != version:
@@ -818,11 +823,14 @@ def _read(
     tombstones = _chunks(buffer, sections["tombstones"], data_length)
     if files.schema != files_schema(files.schema) or tombstones.schema != REMOVE_SCHEMA:
         raise StoreCorrupt("unexpected schema")
+    paths = tuple(batch.column("path") for batch in files.batches)
     return Snapshot(
         storage=storage,
         table_root=table_root,
         version=version,
         clock=clock,
+        # Sidecars are always checksummed: a pass over 48 bytes per file, once per process.
+        stored_paths=StoredPaths(path, header_crc, paths, verify=True),
         protocol=Protocol.from_action(header["protocol"]),
         metadata=metadata_from_action(header["metadata"]),
         state=FileState(files, tombstones),
@@ -862,3 +870,213 @@ def _chunks(buffer: pa.Buffer, section: dict[str, Any], data_length: int) -> Fil
     if start != rows:
         raise StoreCorrupt("row count mismatch")
     return FileChunks.restore(schema, batches, keys)
+
+
+# -- columns derived from a stored snapshot's paths ------------------------------------
+
+SIDECAR_MAGIC = b"LKSIDE01"
+SIDECAR_FORMAT = 1
+
+
+class StoredPaths:
+    """The path chunks of a snapshot mapped from a store file, and columns computed from
+    them kept in sidecar files next to that file (`<snapshot file>.<name>`).
+
+    A column that is a pure function of a file's path (the file ids of sharing.formats)
+    is then computed once per table version by whichever process first needs it, written
+    atomically and checksummed like the snapshot, and mapped by every process: one copy in
+    the page cache instead of one per worker, and none to compute after a restart. A
+    sidecar is bound to its snapshot file's header (table, version, the log file it was
+    built from, the data checksum): a snapshot file rebuilt with other contents makes it
+    stale, and a stale, truncated or corrupt sidecar is computed and written again, never
+    served. Chunks are matched by their memory (the mapped buffers), so a snapshot that
+    followed commits still finds the chunks it shares with its stored base; others are
+    not this object's to answer for (`index` is None)."""
+
+    def __init__(
+        self, snapshot_file: Path, tag: int, chunks: tuple[pa.Array, ...], verify: bool
+    ) -> None:
+        self.file = snapshot_file
+        self._tag = tag  # crc32 of the snapshot file's header
+        self._chunks = chunks
+        self._verify = verify
+        self._index = {_chunk_key(c): i for i, c in enumerate(chunks)}
+        self._columns: dict[str, list[pa.Array] | None] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"StoredPaths({self.file.name!r}, {len(self._chunks)} chunks)"
+
+    def index(self, chunk: pa.Array) -> int | None:
+        """Which stored chunk `chunk` is (the same memory), or None."""
+        return self._index.get(_chunk_key(chunk))
+
+    def sidecar(self, name: str) -> Path:
+        return self.file.with_name(f"{self.file.name}.{name}")
+
+    def column(self, name: str, compute: Callable[[pa.Array], pa.Array]) -> list[pa.Array] | None:
+        """`compute(chunk)` of every stored chunk, in order, from the sidecar `name`
+        (mapped; computed and written first when it is missing, stale or corrupt). None
+        when the sidecar cannot be written (the caller computes what it needs itself).
+        `compute` must be a pure function of the paths: every process trusts the file."""
+        with self._lock:
+            if name not in self._columns:
+                self._columns[name] = self._load(name, compute)
+            return self._columns[name]
+
+    def _load(self, name: str, compute: Callable[[pa.Array], pa.Array]) -> list[pa.Array] | None:
+        path = self.sidecar(name)
+        found = self._open(path, name)
+        if found is not None:
+            return found
+        try:
+            with _locked(self.file.with_name(f"lock.{name}")):
+                found = self._open(path, name)  # written while we waited?
+                if found is not None:
+                    return found
+                _write_sidecar(path, name, self.file.name, self._tag, self._chunks, compute)
+        except OSError as exc:
+            log.warning("snapshot store: cannot write %s (%s)", path.name, exc)
+            return None
+        return self._open(path, name, verify=False)  # we have just written and summed it
+
+    def _open(self, path: Path, name: str, verify: bool | None = None) -> list[pa.Array] | None:
+        check = self._verify if verify is None else verify
+        try:
+            return _read_sidecar(path, name, self.file.name, self._tag, self._chunks, check)
+        except FileNotFoundError:
+            return None
+        except (StoreCorrupt, pa.ArrowException, OSError, ValueError) as exc:
+            log.warning("snapshot store: %s is not usable (%s); computing it", path.name, exc)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return None
+
+
+def _chunk_key(chunk: pa.Array) -> tuple[int, ...]:
+    """A chunk's identity in this process: where its buffers are, its offset and length."""
+    buffers = tuple(b.address if b is not None else 0 for b in chunk.buffers()[:3])
+    return (chunk.offset, len(chunk), *buffers)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created), held for the block."""
+    if fcntl is None:
+        yield
+        return
+    with open(path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _sidecars(snapshot_file: Path) -> list[Path]:
+    """The sidecar files of a snapshot file (see StoredPaths)."""
+    try:
+        names = os.listdir(snapshot_file.parent)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    prefix = snapshot_file.name + "."
+    return [snapshot_file.with_name(n) for n in names if n.startswith(prefix)]
+
+
+def _remove_with_sidecars(snapshot_file: Path) -> None:
+    for path in [snapshot_file, *_sidecars(snapshot_file)]:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _write_sidecar(
+    path: Path,
+    name: str,
+    snapshot_name: str,
+    tag: int,
+    chunks: tuple[pa.Array, ...],
+    compute: Callable[[pa.Array], pa.Array],
+) -> None:
+    """`compute` of each chunk as one Arrow IPC batch, then the header; atomically (a
+    temporary file renamed into place). One chunk's column is held at a time."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            writer: pa.ipc.RecordBatchFileWriter | None = None
+            sink = pa.PythonFile(handle, mode="w")
+            for chunk in chunks:
+                values = compute(chunk)
+                if len(values) != len(chunk):
+                    raise ValueError(f"{name}: {len(values)} values for {len(chunk)} paths")
+                batch = pa.record_batch([values], names=[name])
+                if writer is None:
+                    writer = pa.ipc.new_file(sink, batch.schema)
+                writer.write_batch(batch)
+            if writer is None:  # a snapshot without files: an empty column
+                writer = pa.ipc.new_file(sink, pa.schema([(name, pa.null())]))
+            writer.close()
+            end = handle.tell()
+            handle.write(b"\0" * (_aligned(end) - end))
+            handle.flush()
+            data_end = handle.tell()
+            with open(tmp, "rb") as reread:
+                checksum = _file_checksum(reread, data_end)
+            header = orjson.dumps(
+                {
+                    "format": SIDECAR_FORMAT,
+                    "snapshot": snapshot_name,
+                    "tag": tag,
+                    "column": name,
+                    "rows": [len(c) for c in chunks],
+                    "length": end,
+                    "data_length": data_end,
+                    "checksum": checksum,
+                }
+            )
+            handle.write(header)
+            handle.write(_TRAILER.pack(data_end, len(header), zlib.crc32(header), SIDECAR_MAGIC))
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _read_sidecar(
+    path: Path,
+    name: str,
+    snapshot_name: str,
+    tag: int,
+    chunks: tuple[pa.Array, ...],
+    verify: bool,
+) -> list[pa.Array]:
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        header, _ = _header(handle, size, SIDECAR_MAGIC, SIDECAR_FORMAT)
+        if header.get("snapshot") != snapshot_name or header.get("column") != name:
+            raise StoreCorrupt("written for another file")
+        if header.get("tag") != tag:
+            raise StoreCorrupt("stale: its snapshot file has been written again")
+        if header.get("rows") != [len(c) for c in chunks]:
+            raise StoreCorrupt("chunks do not match the snapshot's")
+        data_length = int(header["data_length"])
+        populate = getattr(mmap, "MAP_POPULATE", 0) if verify else 0
+        mapped = mmap.mmap(
+            handle.fileno(), data_length, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ
+        )
+    buffer = pa.py_buffer(mapped)
+    if verify and _checksum(buffer, data_length) != header["checksum"]:
+        raise StoreCorrupt("data checksum mismatch")
+    length = int(header["length"])
+    if not 0 < length <= data_length:
+        raise StoreCorrupt("column outside the file")
+    reader = pa.ipc.open_file(buffer.slice(0, length))
+    if reader.num_record_batches != len(chunks):
+        raise StoreCorrupt("chunk count mismatch")
+    columns: list[pa.Array] = []
+    for i, chunk in enumerate(chunks):
+        batch = reader.get_batch(i)
+        batch.validate()
+        if batch.num_columns != 1 or batch.num_rows != len(chunk):
+            raise StoreCorrupt("a chunk of unexpected size")
+        columns.append(batch.column(0))
+    return columns

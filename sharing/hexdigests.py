@@ -17,7 +17,7 @@ import pyarrow as pa
 __all__ = ["hex_array"]
 
 
-def hex_array(digests: bytes, digest_size: int) -> pa.Array:
+def hex_array(digests: bytes | memoryview, digest_size: int) -> pa.Array:
     """The lowercase hex text of each `digest_size`-byte digest in `digests`, in order."""
     count, rest = divmod(len(digests), digest_size)
     if rest:

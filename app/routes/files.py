@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from app.audit import attribute_to, refused
+from app.file_responses import file_response, offers_zero_copy
 from app.routing import RouteSpec
 from sharing.errors import Forbidden, SharingError
 from sharing.presign.local import COPY_PARAMETER
@@ -23,8 +24,6 @@ from sharing.presign.local_verify import FileServer, OpenedFile, url_holder
 from sharing.recipients.refusals import refusal_of
 
 __all__ = ["ROUTES"]
-
-_OCTETS = "application/octet-stream"
 
 
 def _file_server(request: Request) -> FileServer:
@@ -43,6 +42,7 @@ async def serve_file(request: Request) -> Response:
     range_header = request.headers.get("range")
     head = request.method == "HEAD"
     copy = params.get(COPY_PARAMETER) == "1"
+    zero_copy = offers_zero_copy(request)
 
     def open_file() -> OpenedFile | SharingError:
         """Verified and opened in one trip to the thread pool (a trip costs about as much
@@ -51,7 +51,7 @@ async def serve_file(request: Request) -> Response:
             share, schema, table, path, params.get("exp"), params.get("sig"), holder, copy=copy
         )
         try:
-            return OpenedFile(found, range_header, head=head)
+            return OpenedFile(found, range_header, head=head, zero_copy=zero_copy)
         except SharingError as exc:  # answered once the download is attributed, below
             return exc
 
@@ -64,17 +64,7 @@ async def serve_file(request: Request) -> Response:
         attribute_to(request, holder.recipient, holder.credential_id)
     if isinstance(opened, SharingError):
         raise opened
-    reply = opened.reply
-    if head:
-        opened.close()
-        return Response(status_code=reply.status, headers=reply.headers, media_type=_OCTETS)
-    if opened.body is not None:
-        return Response(
-            opened.body, status_code=reply.status, headers=reply.headers, media_type=_OCTETS
-        )
-    return StreamingResponse(
-        opened.chunks(), status_code=reply.status, headers=reply.headers, media_type=_OCTETS
-    )
+    return file_response(opened, opened.reply.status, opened.reply.headers, head=head)
 
 
 # A plain Starlette route (app.routing): a small file's request costs the server about a

@@ -17,9 +17,10 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from app.audit import attribute_to, refused
+from app.file_responses import file_response, offers_zero_copy
 from app.logs import request_id_var
 from app.routing import RouteSpec
 from sharing.errors import ResourceNotFound, SharingError
@@ -34,7 +35,6 @@ __all__ = ["ROUTES", "router"]
 
 router = APIRouter()
 
-_OCTETS = "application/octet-stream"
 _XML = "application/xml"
 _WRITES = ["PUT", "POST", "DELETE", "PATCH"]
 
@@ -108,14 +108,15 @@ class _Outcome:
     opened: OpenedFile | None = None
 
 
-def _read_object(request: Request, bucket: str, path: str, head: bool) -> _Outcome:
+def _read_object(request: Request, bucket: str, path: str, head: bool, zero_copy: bool) -> _Outcome:
     """Verified, resolved and opened in one trip to the thread pool (blocking: may read the
     recipient store and the log); a trip costs about as much CPU as a small read's rest."""
     outcome = _Outcome()
     try:
         outcome.grant = _authorise(request, bucket)
         found = _objects(request).find(outcome.grant, path)
-        outcome.opened = _open(LocalFile(found.key, found.size), request.headers.get("range"), head)
+        range_header = request.headers.get("range")
+        outcome.opened = _open(LocalFile(found.key, found.size), range_header, head, zero_copy)
         outcome.found = found
     except S3Error as exc:
         outcome.error = exc
@@ -145,7 +146,8 @@ async def object_request(request: Request) -> Response:
     if not path:  # `/bucket/?list-type=2`: the bucket itself
         return await bucket_request(request)
     head = request.method == "HEAD"
-    outcome = await run_in_threadpool(_read_object, request, bucket, path, head)
+    zero_copy = offers_zero_copy(request)
+    outcome = await run_in_threadpool(_read_object, request, bucket, path, head, zero_copy)
     if outcome.grant is not None:
         _attribute(request, outcome.grant)
     if outcome.error is not None:
@@ -158,19 +160,12 @@ async def object_request(request: Request) -> Response:
         "ETag": found.etag,
         "Last-Modified": http_date(found.modified),
     }
-    if head:
-        opened.close()
-        return Response(status_code=reply.status, headers=headers, media_type=_OCTETS)
-    if opened.body is not None:  # up to CHUNK_BYTES: one send, not a streamed response
-        return Response(opened.body, status_code=reply.status, headers=headers, media_type=_OCTETS)
-    return StreamingResponse(
-        opened.chunks(), status_code=reply.status, headers=headers, media_type=_OCTETS
-    )
+    return file_response(opened, reply.status, headers, head=head)
 
 
-def _open(found: LocalFile, range_header: str | None, head: bool) -> OpenedFile:
+def _open(found: LocalFile, range_header: str | None, head: bool, zero_copy: bool) -> OpenedFile:
     try:
-        return OpenedFile(found, range_header, head=head)
+        return OpenedFile(found, range_header, head=head, zero_copy=zero_copy)
     except RangeNotSatisfiable as exc:
         error = S3Error(416, "InvalidRange", "The requested range is not satisfiable")
         error.headers.update(exc.headers)

@@ -340,6 +340,9 @@ class LimitsConfig(Section):
     max_concurrent_expensive_requests: Positive = 16
     max_queued_requests: NonNegative = 256
     queue_timeout_seconds: Positive = 10
+    # Local files' bodies (signed file URLs, the S3 endpoint) go from the file to the socket
+    # with sendfile on plain HTTP connections (app.zero_copy); false: through the process.
+    sendfile: bool = True
 
 
 class MetricsConfig(Section):
@@ -722,7 +725,7 @@ class ServerConfig(Section):
     config_reload_poll_seconds: NonNegative = 5
     # Worker processes of `lakeshare serve` (0: one per CPU core; the demo: 1).
     workers: NonNegative = 0
-    # Big batches of S3 URLs signed in a helper process per worker, off its GIL
+    # Big batches of file URLs signed in a helper process per worker, off its GIL
     # (sharing.presign.signing_helper); false: in the worker's own threads.
     signing_helper: Boolean = True
     # Shared memory-mapped snapshot files (deltalog.snapshot_store); unset: `lakeshare

@@ -22,7 +22,7 @@ from deltalog.actions import Protocol as DeltaProtocol
 from deltalog.paths import resolve_key
 from deltalog.storage.base import Storage
 from sharing.errors import InvalidParameter
-from sharing.formats.ids import ID_HASHES, IdScheme, compute_ids, id_column
+from sharing.formats.ids import ID_HASHES, IdScheme, compute_ids, hex_ids, id_column
 from sharing.presign.base import Signer
 
 FILE_ID_HASH_HEADER = "fileidhash"
@@ -115,11 +115,11 @@ def file_ids(paths: pa.Array, id_scheme: str) -> pa.Array:
 
 
 def batch_file_ids(batch: pa.RecordBatch, id_scheme: str) -> pa.Array:
-    """The ids of a batch's files: the column a query plan attached from the per-snapshot
-    cache (see sharing.formats.ids) when there is one, else hashed now."""
+    """The ids of a batch's files: the digests a query plan attached once per snapshot
+    (see sharing.formats.ids) as hex text when there are some, else hashed now."""
     name = id_column(id_scheme)
     if name in batch.schema.names:
-        return batch.column(name)
+        return hex_ids(batch.column(name))
     return compute_ids(batch.column("path"), id_scheme)
 
 

@@ -34,6 +34,7 @@ from sharing.formats.jsoncols import (
     Piece,
     concat,
     field,
+    field_pieces,
     joined_bytes,
     json_bool,
     json_number,
@@ -90,9 +91,11 @@ class DeltaWriter:
             kind = "remove" if action == REMOVE else "add"
             body = _remove_fields(batch) if action == REMOVE else _add_fields(batch)
             body += [
-                field("deletionVector", dvs),
-                field("baseRowId", json_number(batch.column("baseRowId"))),
-                field("defaultRowCommitVersion", json_number(batch["defaultRowCommitVersion"])),
+                *field_pieces("deletionVector", dvs),
+                *field_pieces("baseRowId", json_number(batch.column("baseRowId"))),
+                *field_pieces(
+                    "defaultRowCommitVersion", json_number(batch["defaultRowCommitVersion"])
+                ),
             ]
         pieces += [
             f',"expirationTimestamp":{expiration}',
@@ -112,26 +115,26 @@ def _add_fields(batch: pa.RecordBatch) -> list[Piece]:
     return [
         ',"partitionValues":',
         *json_string_map_pieces(batch.column("partitionValues")),
-        field("size", json_number(pc.fill_null(batch.column("size"), 0))),
-        field("modificationTime", json_number(pc.fill_null(batch["modificationTime"], 0))),
-        field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
+        *field_pieces("size", json_number(pc.fill_null(batch.column("size"), 0))),
+        *field_pieces("modificationTime", json_number(pc.fill_null(batch["modificationTime"], 0))),
+        *field_pieces("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
         *string_field("stats", stats_text(batch.column("stats"))),
-        _tags(batch),
-        field("clusteringProvider", json_string(batch.column("clusteringProvider"))),
+        *_tags(batch),
+        *_optional_string("clusteringProvider", batch.column("clusteringProvider")),
     ]
 
 
 def _remove_fields(batch: pa.RecordBatch) -> list[Piece]:
     """The fields of a `remove` after `path`, as far as the log had them."""
     return [
-        field("deletionTimestamp", json_number(batch.column("deletionTimestamp"))),
-        field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
-        field("extendedFileMetadata", json_bool(batch.column("extendedFileMetadata"))),
+        *field_pieces("deletionTimestamp", json_number(batch.column("deletionTimestamp"))),
+        *field_pieces("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), True))),
+        *field_pieces("extendedFileMetadata", json_bool(batch.column("extendedFileMetadata"))),
         ',"partitionValues":',
         *json_string_map_pieces(batch.column("partitionValues")),
-        field("size", json_number(batch.column("size"))),
+        *field_pieces("size", json_number(batch.column("size"))),
         *string_field("stats", stats_text(batch.column("stats"))),
-        _tags(batch),
+        *_tags(batch),
     ]
 
 
@@ -141,17 +144,24 @@ def _cdc_fields(batch: pa.RecordBatch) -> list[Piece]:
     return [
         ',"partitionValues":',
         *json_string_map_pieces(batch.column("partitionValues")),
-        field("size", json_number(pc.fill_null(batch.column("size"), 0))),
-        field("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), False))),
-        _tags(batch),
+        *field_pieces("size", json_number(pc.fill_null(batch.column("size"), 0))),
+        *field_pieces("dataChange", json_bool(pc.fill_null(batch.column("dataChange"), False))),
+        *_tags(batch),
     ]
 
 
-def _tags(batch: pa.RecordBatch) -> pa.Array:
+def _tags(batch: pa.RecordBatch) -> list[Piece]:
     tags = batch.column("tags")
     if tags.null_count == len(tags):
-        return pa.nulls(len(tags), pa.string())  # no file has tags: nothing to format
-    return field("tags", pc.if_else(tags.is_valid(), json_string_map(tags), _NULL_STRING))
+        return []  # no file has tags: nothing to format
+    return [field("tags", pc.if_else(tags.is_valid(), json_string_map(tags), _NULL_STRING))]
+
+
+def _optional_string(name: str, values: pa.Array) -> list[Piece]:
+    """A string field most files leave out: nothing to escape when none has it."""
+    if values.null_count == len(values):
+        return []
+    return [field(name, json_string(values))]
 
 
 def protocol_object(head: TableHead) -> dict[str, Any]:

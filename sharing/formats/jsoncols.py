@@ -132,6 +132,17 @@ def field(name: str, fragment: pa.Array, *, leading_comma: bool = True) -> pa.Ar
     return concat([prefix, fragment])
 
 
+def field_pieces(name: str, fragment: pa.Array) -> list[Piece]:
+    """`field(name, fragment)` as pieces for a line's `concat` (with `skip_null_pieces`):
+    nothing when no row has the field, the name and the column spliced in as they are when
+    every row has it (no joined copy of its own), else the field's column."""
+    if fragment.null_count == len(fragment):
+        return []
+    if fragment.null_count == 0:
+        return [f',"{name}":', fragment]
+    return [field(name, fragment)]
+
+
 def string_field(name: str, values: pa.Array) -> list[Piece]:
     """`,"name":"<escaped value>"` per row as pieces for a line's `concat` (with
     `skip_null_pieces`); a null value omits the field. A column without nulls (stats, as a

@@ -153,9 +153,9 @@ def _cloud_config(storage: Storage, credentials: TemporaryCredentials | None) ->
 def _azure_config(storage: Storage, credentials: TemporaryCredentials) -> dict[str, str]:
     """A vended SAS under the account-qualified keys Iceberg's FileIOs read
     (`adls.sas-token.<account>.dfs.<suffix>`: PyIceberg's fsspec FileIO takes the account
-    name from it too). On a blob endpoint of its own (an emulator, a private endpoint) the
-    SAS also goes in a connection string naming it, the one way PyIceberg's FileIO reaches
-    an endpoint other than `https://<account>.blob.<suffix>`."""
+    name from it too). On any blob endpoint but `https://<account>.blob.core.windows.net`
+    (an emulator, a private endpoint, a national cloud) the SAS also goes in a connection
+    string naming it, the one way PyIceberg's fsspec FileIO (adlfs) reaches another."""
     from deltalog.storage.azure import AzureStorage  # the Azure SDK, on first use
 
     azure = as_backend(storage, AzureStorage)
@@ -166,7 +166,7 @@ def _azure_config(storage: Storage, credentials: TemporaryCredentials) -> dict[s
         f"adls.sas-token.{host}": token,
         f"adls.sas-token-expires-at-ms.{host}": str(credentials.expiration_ms),
     }
-    if azure.endpoint != f"https://{azure.account}.blob.{azure.endpoint_suffix}":
+    if azure.endpoint != f"https://{azure.account}.blob.core.windows.net":
         config["adls.connection-string"] = (
             f"BlobEndpoint={azure.endpoint};SharedAccessSignature={token}"
         )

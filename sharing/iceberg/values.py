@@ -101,6 +101,7 @@ class BoundsReader:
         self.columns = [
             (
                 leaf.field_id,
+                leaf.stats_path[0] if len(leaf.stats_path) == 1 else None,
                 leaf.stats_path,
                 _encoder(leaf.delta_type, upper=False, prefix=prefix),
                 _encoder(leaf.delta_type, upper=True, prefix=prefix),
@@ -118,17 +119,20 @@ class BoundsReader:
         lower: Pairs = []
         upper: Pairs = []
         null_counts: Pairs = []
-        for field_id, path, encode_lower, encode_upper in self.columns:
+        # A top-level column's statistic is one `get` (`name`), a nested one's a walk.
+        for field_id, name, path, encode_lower, encode_upper in self.columns:
             if minimums is not None:
-                encoded = encode_lower(_lookup(minimums, path))
+                value = minimums.get(name) if name is not None else _lookup(minimums, path)
+                encoded = encode_lower(value)
                 if encoded is not None:
                     lower.append({"key": field_id, "value": encoded})
             if maximums is not None:
-                encoded = encode_upper(_lookup(maximums, path))
+                value = maximums.get(name) if name is not None else _lookup(maximums, path)
+                encoded = encode_upper(value)
                 if encoded is not None:
                     upper.append({"key": field_id, "value": encoded})
             if nulls is not None:
-                count = _lookup(nulls, path)
+                count = nulls.get(name) if name is not None else _lookup(nulls, path)
                 if type(count) is int and count >= 0:
                     null_counts.append({"key": field_id, "value": count})
         return Bounds(lower, upper, null_counts)

@@ -28,12 +28,12 @@ import pyarrow as pa
 
 from sharing.errors import UnsupportedOperation
 from sharing.hexdigests import hex_array
+from sharing.presign import signing_helper
 from sharing.presign.base import ABSOLUTE_PATHS, SignedColumn, SignedUrls, json_safe
-from sharing.presign.prepared_hmac import PreparedHmac
+from sharing.presign.prepared_hmac import DIGEST_SIZE, PREFIXED, PreparedHmac
 from sharing.presign.url_paths import plain_column, relative_column
 
 _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
-_DIGEST_SIZE = 32  # SHA-256
 _KEY_LABEL = b"lakeshare/local-file-url/v2"  # v2: the holder is signed too
 
 
@@ -104,11 +104,10 @@ def _quoted_names(*names: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _table_mac(secret: str | bytes, table: TableRef) -> PreparedHmac:
-    """The prepared HMAC of a table's key (immutable: signers of every request share it)."""
-    return PreparedHmac(
-        table_key(derive_master_key(secret), table.share, table.schema, table.table, table.copy)
-    )
+def _table_mac(secret: str | bytes, table: TableRef) -> tuple[bytes, PreparedHmac]:
+    """A table's key and its prepared HMAC (immutable: signers of every request share it)."""
+    key = table_key(derive_master_key(secret), table.share, table.schema, table.table, table.copy)
+    return key, PreparedHmac(key)
 
 
 class LocalSigner:
@@ -128,7 +127,7 @@ class LocalSigner:
         ttl_seconds: int,
         holder: UrlHolder,
     ) -> None:
-        self._mac = _table_mac(secret, table)
+        self._key, self._mac = _table_mac(secret, table)
         prefix = f"{base_url.rstrip('/')}/{endpoint.strip('/')}".rstrip("/")
         self._url_prefix = f"{prefix}/files/{table.url_prefix()}/"
         self._root_prefix = table_root.rstrip("/") + "/"
@@ -148,22 +147,17 @@ class LocalSigner:
         relative = relative_column(keys, self._root_prefix)
         if relative is None:
             raise UnsupportedOperation(ABSOLUTE_PATHS)
-        inner_state, outer_state = self._mac.states()
-        # Every message starts with the expiry and the holder: hashed into the inner state once.
-        expiry_state = inner_state()
-        expiry_state.update(f"{expires}\x00".encode() + self._holder_signed)
-        with_expiry = expiry_state.copy
-        digests: list[bytes] = []
-        append = digests.append
-        # One HMAC (two copied states) per URL, nothing else per key: the URLs themselves
-        # are joined column-wise.
-        for message in relative.cast(pa.binary()).to_numpy(zero_copy_only=False).tolist():
-            inner = with_expiry()
-            inner.update(message)
-            outer = outer_state()
-            outer.update(inner.digest())
-            append(outer.digest())
-        signatures = hex_array(b"".join(digests), _DIGEST_SIZE)
+        # Every message starts with the expiry and the holder, then the relative path: one
+        # HMAC per URL, in the signing helper for a big batch; the URLs themselves are
+        # joined column-wise.
+        joined = signing_helper.digests(
+            PREFIXED,
+            self._mac,
+            self._key,
+            f"{expires}\x00".encode() + self._holder_signed,
+            relative.cast(pa.binary()),
+        )
+        signatures = hex_array(joined, DIGEST_SIZE)
         # A batch of plain keys (nearly always) needs no per-key check for quoting.
         path = relative
         if not plain_column(relative):

@@ -20,7 +20,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from deltalog.storage import resolve
 from deltalog.storage.kinds import StorageKind
@@ -264,9 +264,15 @@ class OpenedFile:
     opening) and closes the file at the end; `close()` when the body is not wanted (HEAD).
     A body of at most `CHUNK_BYTES` is read whole while opening (`body`, the file already
     closed): it goes out in one send, without the cost of a streamed response.
+
+    `zero_copy`: the server sends the body from the open file itself (`sendfile`): only
+    its first byte is read while opening, to know the file can be read; `span()` is what
+    to send, and the file stays open until `close()`.
     """
 
-    def __init__(self, found: LocalFile, range_header: str | None, *, head: bool) -> None:
+    def __init__(
+        self, found: LocalFile, range_header: str | None, *, head: bool, zero_copy: bool = False
+    ) -> None:
         self.path = found.path
         try:
             self._file = open(found.path, "rb")  # noqa: SIM115 - closed by chunks()/close()
@@ -278,11 +284,13 @@ class OpenedFile:
             self.reply = file_reply(LocalFile(found.path, size), range_header)
             self._file.seek(self.reply.start)
             self._remaining = self.reply.length
-            want = min(1 if head else CHUNK_BYTES, self._remaining)
+            want = min(1 if head or zero_copy else CHUNK_BYTES, self._remaining)
             self._first = self._file.read(want) if want else b""
             if len(self._first) < want:
                 raise OSError(errno.EIO, "the file is shorter than its size")
             self.body = self._first if not head and want == self._remaining else None
+            # Sent from the open file by the server (read here only: the first byte).
+            self.zero_copy = zero_copy and not head and self.body is None
             if self.body is not None:
                 self.close()
         except OSError as exc:
@@ -294,6 +302,10 @@ class OpenedFile:
 
     def close(self) -> None:
         self._file.close()
+
+    def span(self) -> tuple[BinaryIO, int, int]:
+        """The open file, and the offset and length of the body in it."""
+        return self._file, self.reply.start, self.reply.length
 
     def chunks(self) -> Iterator[bytes]:
         try:

@@ -1,13 +1,15 @@
 """Signing big batches in a helper process, so the server's GIL is free meanwhile.
 
-An S3 URL costs one SHA-256 and one HMAC in Python (about 1.2 µs, under the GIL): 1.2 s of
-a million-file response that no thread of the server can overlap, while the rest of a
-batch's work (Arrow kernels, socket writes) releases the GIL. Each server process
-therefore starts, on its first big batch, one helper process that runs
-sharing/presign/prepared_hmac.py alone (a bare interpreter, about 15 MB): a batch's
+A URL costs one HMAC in Python, an S3 one a SHA-256 more (about 0.7 and 1.2 µs, under the
+GIL): up to 1.2 s of a million-file response that no thread of the server can overlap,
+while the rest of a batch's work (Arrow kernels, socket writes) releases the GIL. Each
+server process therefore starts, on its first big batch, one helper process that runs
+sharing/presign/prepared_hmac.py alone (a bare interpreter, about 20 MB): a batch's
 messages go to it through a pipe as the Arrow column's offsets and data buffers, and its
 digests come back; the calling thread waits without the GIL, so the server formats other
 batches meanwhile. One batch at a time per helper: memory stays bounded by a batch.
+Batches smaller than `MIN_BATCH` are signed in the calling thread, so a response rendered
+whole on the event loop (sharing.query.small: under 1,000 files) never waits for a pipe.
 
 When the helper cannot be started, or ends while it signs a batch (killed, out of
 memory), the batch is signed in the calling thread with the same kernel and inputs, so

@@ -9,9 +9,12 @@ request are in flight, plus the one being written.
 Fast signers (HMAC in memory) get `FAST_AHEAD` batches ahead when the body is streamed:
 most of a batch's cost is then Arrow kernels (escaping, joining lines) that release the
 GIL, so formatting the next batches overlaps signing (which holds it), the previous
-batch's socket writes and the client, and one big response uses both cores. A body
-rendered whole (a small response, `ahead=False`) is formatted in the caller's thread, one
-batch at a time, without a thread hand-off.
+batch's socket writes and the client, and one big response uses both cores. When several
+such responses stream at once in the process, they share those `FAST_AHEAD` batches (at
+least one each): the cores are busy with all of them already, and every batch ahead is
+memory held (a 10k-file batch and its intermediates are tens of MB). A body rendered whole
+(a small response, `ahead=False`) is formatted in the caller's thread, one batch at a
+time, without a thread hand-off.
 
 Output order, bytes and failure points are those of the sequential loop: results are
 yielded in input order, and an error (from a batch or from the input itself) is raised
@@ -51,6 +54,13 @@ class BatchWork:
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_streaming = 0  # responses of this process formatting fast signers' batches ahead
+
+
+def _fast_depth() -> int:
+    """Batches ahead for one fast signer's response: `FAST_AHEAD` shared by the responses
+    streaming at once, at least one each."""
+    return max(1, FAST_AHEAD // max(1, _streaming))
 
 
 def _shared_pool() -> ThreadPoolExecutor:
@@ -87,9 +97,10 @@ def formatted(
     pending: deque[_Entry] = deque()
     depth = 0  # k of the latest batch's signer; 0: take one item at a time, when needed
     exhausted = False
+    counted = False  # this response is counted in `_streaming`
 
     def fill() -> None:
-        nonlocal depth, exhausted
+        nonlocal depth, exhausted, counted
         # Before the first batch, depth is 0: one item, and its batch is yielded as soon as
         # it is formatted (the first line does not wait for the source to give a second).
         wanted = max(depth, 1)
@@ -106,7 +117,11 @@ def formatted(
             if isinstance(item, bytes):
                 pending.append(_value(item))
                 continue
-            depth = parallel_batches(item.context.signer) or (FAST_AHEAD if ahead else 0)
+            depth = parallel_batches(item.context.signer)
+            if not depth and ahead:
+                if not counted:
+                    counted = _count_stream(1)
+                depth = _fast_depth()
             args = (item.batch, item.context, item.action)
             if depth:
                 pending.append(_shared_pool().submit(writer.file_lines, *args))
@@ -125,8 +140,17 @@ def formatted(
             result = head.result() if isinstance(head, Future) else head()
             yield result
     finally:
+        if counted:
+            _count_stream(-1)
         # A failed or abandoned stream (client gone): drop the work not started yet; running
         # batches finish in the background and are discarded.
         for entry in pending:
             if isinstance(entry, Future):
                 entry.cancel()
+
+
+def _count_stream(delta: int) -> bool:
+    global _streaming
+    with _pool_lock:
+        _streaming += delta
+    return True

@@ -252,8 +252,9 @@ def _select(
     writer = writer_for(response_format)
     figures = visible_figures(snapshot.files, visible)
     head = writer.head_lines(table_head(snapshot, shared.config.history_shared, figures))
-    # File ids are hashed once per snapshot (cached) and travel with the rows from here.
-    files = with_file_ids(snapshot.files, context.id_scheme)
+    # File ids are hashed once per snapshot (shared through the snapshot store's file,
+    # else cached in this process) and travel with the rows from here.
+    files = with_file_ids(snapshot.files, context.id_scheme, stored=snapshot.stored_paths)
     # The files to send are kept as indices into the snapshot's own table (its buffers key
     # the stats cache) until they are written: only a page or a small response is copied.
     rows = select_files(

@@ -4,6 +4,7 @@ when one dies, and all stop with the supervisor."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import delta_sharing
 import httpx
+import orjson
 import pytest
 
+from app.balancing import WorkerLoads
 from app.workers import run_workers, worker_count
 from deltalog.snapshot_store import SUFFIX
 from tests.app.test_cli import announced_url, write_config
@@ -167,3 +170,81 @@ def test_the_supervisor_stops_its_workers_on_sigterm(tmp_path: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     for i in range(2):
         assert not Path(f"/proc/{(tmp_path / f'worker-{i}').read_text()}").exists()
+
+
+def _maps(pid: int, path: Path) -> bool:
+    try:
+        return str(path) in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_workers_share_one_file_of_file_ids_and_spread_connections(tmp_path: Path) -> None:
+    """Both workers answer queries at once (connections spread over them, app.balancing)
+    and map the same sidecar of file ids, written once; every id is its path's digest."""
+    table = copy_table("delta-rs/simple_table_with_checkpoint", tmp_path / "tables")
+    cache = tmp_path / "snapshots"
+    config = write_config(table, snapshotCacheDir=str(cache))
+    with serving("--config", str(config), "--workers", "2", log=tmp_path / "log") as (
+        process,
+        lines,
+    ):
+        url = announced_url(lines)
+        _wait(lambda: len(_children(process.pid)) == 2, "two workers")
+        workers = _children(process.pid)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        query = url + "shares/s/schemas/d/tables/t/query"
+        paths = {a["path"] for a in _adds(table)}
+        # Connections held open at once: each worker takes one before either takes more.
+        clients = [httpx.Client() for _ in range(4)]
+        try:
+            for _ in range(3):
+                for client in clients:
+                    response = client.post(query, json={}, headers=headers)
+                    assert response.status_code == 200
+                    files = [orjson.loads(x)["file"] for x in response.text.splitlines()[2:]]
+                    assert {f["id"] for f in files} == {
+                        hashlib.md5(p.encode()).hexdigest() for p in paths
+                    }
+        finally:
+            for client in clients:
+                client.close()
+        (sidecar,) = cache.rglob("*.snapshot.file-ids-md5")
+        written = sidecar.stat().st_mtime_ns
+        _wait(lambda: all(_maps(pid, sidecar) for pid in workers), "both workers mapping it")
+        assert sidecar.stat().st_mtime_ns == written
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def _adds(table: Path) -> list[dict[str, str]]:
+    from deltalog import DeltaTable
+
+    files = DeltaTable(str(table)).snapshot().files
+    return [{"path": p} for p in files.column("path").to_pylist()]
+
+
+def test_worker_loads_compare_live_siblings_across_a_fork() -> None:
+    """A worker defers only to a live sibling holding fewer connections; the counts are
+    seen across the fork (the supervisor made the memory, each worker writes its slot)."""
+    loads = WorkerLoads(3)
+    first, second = loads.slot(0), loads.slot(1)
+    first.start()
+    first.add(2)
+    assert not first.busier_than_a_sibling()  # no sibling serving yet
+    pid = os.fork()
+    if pid == 0:  # a worker: starts and takes one connection
+        second.start()
+        second.add(1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert first.busier_than_a_sibling() and not second.busier_than_a_sibling()
+    second.add(-1)
+    second.add(-1)  # never below zero
+    first.add(-2)
+    assert not first.busier_than_a_sibling()
+    first.add(1)
+    assert first.busier_than_a_sibling()
+    loads.gone(1)  # exited: no longer compared
+    assert not first.busier_than_a_sibling()

@@ -219,6 +219,25 @@ def test_answers_read_as_urllib3_reads_them(script: Script, expected: bytes, lea
     assert (pool.requests == []) == lean
 
 
+def test_bytes_past_a_response_are_never_read_as_the_next_answer() -> None:
+    """A server (or a proxy) sending more than its Content-Length: the surplus is not the
+    answer to the next request on that connection. It arrives with the response, so it
+    sits in the connection's read buffer, where the pool's check of the socket does not
+    see it; reused, every later file on the connection would get its predecessor's bytes
+    (here the forged answer, then /f1's for /f2, ...)."""
+    forged = response(200, b"forged")
+
+    def script(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+        extra = forged if number == 0 else b""
+        return response(200, body_of(path)) + extra, False
+
+    pool = CountingPool()
+    with stand_in(script) as server:
+        files = _files(pool)
+        for i in range(3):
+            assert files.read(f"{server.url}/f{i}") == body_of(f"/f{i}")
+
+
 def test_final_errors_come_back_from_the_lean_path() -> None:
     pool = CountingPool()
     script: Script = lambda c, n, path: (response(404, b"no such key"), False)  # noqa: E731

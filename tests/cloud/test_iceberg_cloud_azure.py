@@ -250,3 +250,22 @@ def test_lakeshare_check_reports_what_each_azure_table_gets(
     service = BlobServiceClient.from_connection_string(azurite_connection_string(uploaded))
     names = [b.name for b in service.get_container_client(OWN).list_blobs()]
     assert not any(name.endswith(".lakeshare-probe") for name in names)
+
+
+def test_the_write_probe_names_why_the_server_cannot_write(uploaded: str) -> None:
+    """What `lakeshare check` reports for a table whose storage credentials cannot write
+    into its folder (here a read-only SAS): Azurite's refusal; with the account key, none."""
+    import time
+
+    from deltalog.storage.azure import AzureStorage
+    from sharing.credentials.azure import sas_token
+    from sharing.iceberg.publish import probe_write
+
+    folder = _location(OWN, "_lakeshare_iceberg")
+    read_only = sas_token(
+        AZURITE_ACCOUNT, OWN, AZURITE_KEY, expiry=int(time.time()) + 600, protocol="https,http"
+    )
+    storage = AzureStorage(AZURITE_ACCOUNT, {"endpoint": uploaded, "sas_token": read_only})
+    assert probe_write(storage, folder) == "AuthorizationPermissionMismatch"
+    writer = AzureStorage(AZURITE_ACCOUNT, {"endpoint": uploaded, "account_key": AZURITE_KEY})
+    assert probe_write(writer, folder) is None

@@ -8,8 +8,8 @@ Stand-ins, because no emulator implements them: Google's OAuth token endpoint fo
 server's service account and Google's STS token exchange (a local HTTP server answering
 with fixed tokens and recording the exchange). fake-gcs-server does not check tokens at
 all, so that the downscoped token opens nothing else is Google's to enforce; what is
-checked here is the boundary the server asks for. DuckDB was not tried against GCS here
-(the S3 test runs it).
+checked here is the boundary the server asks for. DuckDB 1.5.5 reads GCS at Google's
+endpoint only (its test below shows where it goes), so it cannot read the rows here.
 """
 
 from __future__ import annotations
@@ -121,3 +121,25 @@ def test_pyiceberg_reads_a_gcs_table_with_a_downscoped_token(
     key = [(c, "ascending") for c in columns]
     assert isinstance(actual, pa.Table)
     assert actual.select(columns).sort_by(key).to_pylist() == expected.sort_by(key).to_pylist()
+
+
+def test_duckdb_reads_gcs_at_google_s_endpoint_only(server: RunningServer) -> None:
+    """DuckDB 1.5.5's iceberg extension turns the vended `gcs.oauth2.token` into a GCS
+    secret (a bearer token) scoped to the table, with no endpoint (`gcs.service.host` is
+    not read): it reads at `https://storage.googleapis.com`, never at fake-gcs-server, so
+    DuckDB cannot read the rows here. What is checked is that it attaches, lists the table
+    and asks Google's endpoint for the generated metadata in the metadata bucket."""
+    import duckdb
+
+    from tests.support.duckdb_iceberg import duckdb_with_iceberg
+
+    connection = duckdb_with_iceberg()
+    connection.execute(f"CREATE SECRET lakeshare (TYPE ICEBERG, TOKEN '{TEST_BEARER_TOKEN}')")
+    connection.execute(
+        f"ATTACH 'sales' AS sales (TYPE ICEBERG, ENDPOINT '{server.base_url}/iceberg', "
+        "SECRET lakeshare)"
+    )
+    assert ("parts",) in connection.execute("SELECT name FROM (SHOW ALL TABLES)").fetchall()
+    with pytest.raises(duckdb.IOException) as info:
+        connection.execute("SELECT count(*) FROM sales.d.parts").fetchall()
+    assert f"https://storage.googleapis.com/{META_BUCKET}/lakeshare-iceberg/" in str(info.value)

@@ -44,6 +44,8 @@ from app.main import create_app
 from deltalog import SnapshotLoading, SnapshotStore
 from deltalog.snapshot_store import table_identity
 from sharing.table_check import configured_tables
+from tests.http.test_early_streaming import FORMATS, TABLES
+from tests.support.corpus import corpus_table
 from tests.support.server import TEST_BEARER_TOKEN, make_config, run_server
 
 FROZEN_NS = 1_900_000_000_123_456_789
@@ -133,21 +135,24 @@ class _Streamed:
     """A query read line by line on a thread of its own: `first_file` is set once a file
     line arrived; `answer` once the response ended (a cut connection ends it too)."""
 
-    def __init__(self, url: str, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         self.first_file = threading.Event()
         self.done = threading.Event()
         self.status = 0
         self.version: str | None = None
         self.body = b""
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(url, body or {}), daemon=True)
+        args = (url, body or {}, {**AUTH, **(headers or {})})
+        self._thread = threading.Thread(target=self._run, args=args, daemon=True)
         self._thread.start()
 
-    def _run(self, url: str, body: dict[str, Any]) -> None:
+    def _run(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> None:
         try:
             with (
                 httpx.Client(timeout=WAIT * 2) as client,
-                client.stream("POST", url, headers=AUTH, json=body) as response,
+                client.stream("POST", url, headers=headers, json=body) as response,
             ):
                 self.status = response.status_code
                 self.version = response.headers.get("delta-table-version")
@@ -205,13 +210,15 @@ def _addressless(body: bytes) -> bytes:
     return re.sub(rb"http://[^/]+/delta-sharing/", b"http://server/delta-sharing/", body)
 
 
+@pytest.mark.parametrize("b_listed", [True, False], ids=["b-listed-14", "b-lists-15"])
 def test_a_worker_streaming_from_another_workers_build_across_a_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_plans: list[int]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_plans: list[int], b_listed: bool
 ) -> None:
-    """The reported race. Worker B builds the table's store file of version 14 (held
-    after listing the log, its build lock taken); a cold query on worker A streams the
-    head and first rows it reads itself; a commit lands (15); B writes its file; A maps
-    it and replays commit 15 on it. A's answer stays version 14's, whole."""
+    """The reported race. Worker B builds the table's store file (its build lock taken,
+    held after listing the log at version 14, or before listing it); a cold query on
+    worker A streams the head and first rows of 14 it reads itself; a commit lands (15);
+    B writes its file (of 14: A maps it and replays commit 15 on it; or of 15: A maps
+    that). A's answer stays version 14's, whole."""
     root = tmp_path / "t"
     version = _write_table(root)
     expected = _expected(root)
@@ -222,7 +229,13 @@ def test_a_worker_streaming_from_another_workers_build_across_a_commit(
     shared = next(iter(configured_tables(config)))
     builder = threading.Thread(target=worker_b.latest, args=(shared,), name="worker-b")
     b_building, release_b = _held(
-        monkeypatch, deltalog.snapshot_store.StoredTable, "_build", _on_thread("worker-b")
+        monkeypatch,
+        *(
+            (deltalog.snapshot_store.StoredTable, "_build")
+            if b_listed
+            else (deltalog.snapshot_store, "build_segment")
+        ),
+        _on_thread("worker-b"),
     )
     builder.start()
     assert b_building.wait(WAIT)
@@ -429,3 +442,114 @@ def test_two_workers_start_cold_on_the_same_version_and_agree(
         for streamed in answers:
             _check(streamed.answer, expected, version)
     assert early_plans  # at least one streamed early (the other may have found the file)
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["memory", "store"])
+def test_a_checkpoint_written_during_a_cold_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_plans: list[int], store: bool
+) -> None:
+    """delta-rs writes a checkpoint of the version being loaded while a cold query streams
+    it (its load held before its last step): the load keeps to the log files it listed,
+    and the answer is the one streamed from them, whole; the next query, warm, is the
+    same bytes."""
+    root = tmp_path / "t"
+    version = _write_table(root)
+    expected = _expected(root)
+    early_plans.clear()
+    load_held, release = _held(
+        monkeypatch, deltalog.snapshot.CheckpointRows, "tombstones", _on_thread("snapshot-load")
+    )
+    directory = tmp_path / "store" if store else None
+    try:
+        with run_server(_config(root, directory), tmp_path / "a") as server:
+            streamed = _Streamed(server.url(QUERY))
+            assert load_held.wait(WAIT) and streamed.first_file.wait(WAIT)
+            DeltaTable(str(root)).create_checkpoint()
+            assert (root / "_delta_log" / f"{version:020d}.checkpoint.parquet").exists()
+            release.set()
+            answer = streamed.answer
+            warm = httpx.post(server.url(QUERY), headers=AUTH, json={})
+    finally:
+        release.set()
+    assert early_plans == [version]
+    _check(answer, expected, version)
+    assert _addressless(warm.content) == _addressless(answer[2])
+
+
+@pytest.mark.parametrize("backlog", [None, 1], ids=["preview-rows", "preview-cut"])
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_corpus_responses_streamed_while_another_worker_builds_are_the_finished_snapshots(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    early_plans: list[int],
+    fmt: str,
+    backlog: int | None,
+) -> None:
+    """The byte-identity check of tests/http/test_early_streaming.py on its corpus tables
+    (classic, multi-part and V2 checkpoints with sidecars, removes and deletion-vector
+    re-adds after the checkpoint) for the path those tests do not take: worker A's
+    cold query streams rows it reads itself while worker B holds the build lock (held
+    after listing the log), then continues from B's file. The answer is byte for byte a
+    server's without a store, its snapshot finished; with the default backlog the rows
+    streamed are all the preview's, with a backlog of one all but the first batch are
+    the file's."""
+    monkeypatch.setattr(deltalog.loading, "MAX_BACKLOG_ROWS", backlog or 65_536)
+    headers = {"delta-sharing-capabilities": FORMATS[fmt]}
+    tables = [{"name": name, "location": str(corpus_table(rel))} for name, rel in TABLES.items()]
+
+    def config(store: Path | None) -> Any:
+        return make_config(
+            {
+                "shares": [{"name": "s", "schemas": [{"name": "d", "tables": tables}]}],
+                "snapshotCacheDir": str(store) if store is not None else "off",
+            }
+        )
+
+    expected: dict[str, Answer] = {}
+    with TestClient(create_app(config(None))) as client:
+        for name in TABLES:
+            url = f"/delta-sharing/shares/s/schemas/d/tables/{name}/query"
+            client.post(url, headers={**AUTH, **headers}, json={})
+            response = client.post(url, headers={**AUTH, **headers}, json={})
+            expected[name] = (
+                response.status_code,
+                response.headers.get("delta-table-version"),
+                response.content,
+            )
+    store = tmp_path / "store"
+    worker_b = sharing.tables.TableService(config(store), snapshot_store=SnapshotStore(store))
+    b_building, release_b = threading.Event(), threading.Event()
+    real_build = deltalog.snapshot_store.StoredTable._build
+
+    def build(stored: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "worker-b":
+            b_building.set()
+            assert release_b.wait(WAIT)
+        return real_build(stored, *args, **kwargs)
+
+    monkeypatch.setattr(deltalog.snapshot_store.StoredTable, "_build", build)
+    with run_server(config(store), tmp_path / "a") as server:
+        for shared in configured_tables(config(store)):
+            name = shared.name
+            b_building.clear()
+            release_b.clear()
+            early_plans.clear()
+            builder = threading.Thread(target=worker_b.latest, args=(shared,), name="worker-b")
+            builder.start()
+            try:
+                assert b_building.wait(WAIT)
+                streamed = _Streamed(
+                    server.url(f"/shares/s/schemas/d/tables/{name}/query"), {}, headers
+                )
+                assert streamed.first_file.wait(WAIT)
+            finally:
+                release_b.set()
+            builder.join(WAIT)
+            status, told, body = streamed.answer
+            want = expected[name]
+            assert (status, told) == want[:2], (name, body[-300:])
+            if status != 200:  # an error body (read by lines here) has no final newline
+                body = body.rstrip(b"\n")
+            assert _addressless(body) == _addressless(want[2]), name
+            if status == 200:
+                assert early_plans == [int(want[1] or -1)], name

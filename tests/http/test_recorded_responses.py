@@ -371,20 +371,21 @@ def _async_records(client: TestClient) -> list[dict[str, Any]]:
     return records
 
 
-def _responses(tmp_path: Path) -> list[dict[str, Any]]:
+def _responses(tmp_path: Path, snapshot_cache: Path | None = None) -> list[dict[str, Any]]:
     copies = _prepare_tables(tmp_path)
     tables = [
         {"name": name, "location": str(copies[relative]), **extra}
         for name, (relative, extra) in TABLES.items()
     ]
-    config = make_config(
-        {
-            "shares": [
-                {"name": "s", "schemas": [{"name": "d", "tables": tables}]},
-                {"name": "other", "schemas": [{"name": "e", "tables": tables[:1]}]},
-            ]
-        }
-    )
+    raw: dict[str, Any] = {
+        "shares": [
+            {"name": "s", "schemas": [{"name": "d", "tables": tables}]},
+            {"name": "other", "schemas": [{"name": "e", "tables": tables[:1]}]},
+        ]
+    }
+    if snapshot_cache is not None:
+        raw["snapshotCacheDir"] = str(snapshot_cache)
+    config = make_config(raw)
     records: list[dict[str, Any]] = []
     with TestClient(create_app(config), raise_server_exceptions=False) as client:
         for case in _cases():
@@ -418,3 +419,17 @@ def test_responses_match_the_recording(tmp_path: Path) -> None:
     for got, want in zip(records, recorded, strict=True):
         assert got == want, f"response of {want['name']} changed"
     assert all(r["status"] < 500 for r in records)
+
+
+@pytest.mark.usefixtures("frozen_clock")
+def test_responses_from_the_snapshot_store_match_the_recording(tmp_path: Path) -> None:
+    """The same bytes when snapshots are mapped from the snapshot store and file ids come
+    from its shared sidecar files (deltalog.snapshot_store.StoredPaths)."""
+    cache = tmp_path / "snapshots"
+    records = _responses(tmp_path / "tables", cache)
+    sidecars = [p.name for p in cache.rglob("*.snapshot.file-ids-*")]
+    assert any(n.endswith("md5") for n in sidecars) and any(n.endswith("256") for n in sidecars)
+    recorded = json.loads(RECORDING.read_text())
+    assert [r["name"] for r in records] == [r["name"] for r in recorded]
+    for got, want in zip(records, recorded, strict=True):
+        assert got == want, f"response of {want['name']} changed"

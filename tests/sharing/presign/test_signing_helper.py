@@ -1,5 +1,6 @@
-"""S3 URLs signed in the signing helper process are the bytes the server's own threads
-sign, and botocore's; they fetch from a real S3 (moto). When the helper cannot start or is
+"""URLs signed in the signing helper process are the bytes the server's own threads sign:
+S3 URLs are botocore's and fetch from a real S3 (moto), local URLs carry the signature
+the server's file endpoint checks (`url_signature`). When the helper cannot start or is
 killed mid-response, the batches are signed in the server with the same result; a helper
 that answers with an error fails the response cleanly (an end-stream error, or a cut
 body), never a short success.
@@ -31,10 +32,19 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 
 from deltalog.actions import ADD_SCHEMA
+from deltalog.storage.local import LocalStorage
 from deltalog.storage.s3 import S3Storage
 from sharing.formats import FileContext
 from sharing.formats.writers import writer_for
 from sharing.presign import signing_helper
+from sharing.presign.local import (
+    LocalSigner,
+    TableRef,
+    UrlHolder,
+    derive_master_key,
+    table_key,
+    url_signature,
+)
 from sharing.presign.s3 import S3Signer
 from sharing.presign.signing_helper import MIN_BATCH, SigningFailed, SigningHelper
 from sharing.query.plan import FileSection, QueryPlan
@@ -43,6 +53,8 @@ NOW = 1_900_000_000.25
 FILES = 3 * MIN_BATCH + 100  # three batches through the helper, a short one in the server
 BATCH = MIN_BATCH
 S3_ROOT = "lake-bucket/tables/events"
+LOCAL_ROOT = "/lake/tables/events"
+HOLDER = UrlHolder("recipient", "cred-1")
 
 
 @pytest.fixture(autouse=True)
@@ -166,6 +178,42 @@ def test_helper_signs_the_bytes_the_server_signs_and_botocore_does(
         assert _url(line, response_format) == expected
 
 
+@pytest.mark.parametrize("response_format", ["parquet", "delta"])
+def test_helper_signs_local_urls_the_file_endpoint_accepts(
+    helper: SigningHelper, response_format: str
+) -> None:
+    signer = LocalSigner(
+        secret="secret-for-helper-tests",
+        base_url="http://lakeshare.test/",
+        endpoint="/delta-sharing",
+        table=TableRef("s", "d", "t"),
+        table_root=LOCAL_ROOT,
+        ttl_seconds=900,
+        holder=HOLDER,
+    )
+    context = FileContext(LocalStorage(), LOCAL_ROOT, signer, response_format)
+
+    def plan() -> QueryPlan:
+        sections = [FileSection(_files(), context)]
+        writer = writer_for(response_format)
+        return QueryPlan(3, response_format, b"HEAD\n", sections, writer, batch_rows=BATCH)
+
+    with_helper = b"".join(plan().body())
+    assert helper._process is not None and _helper_cpu(helper) > 0
+    helper.enabled = False
+    assert b"".join(plan().body()) == with_helper
+
+    key = table_key(derive_master_key("secret-for-helper-tests"), "s", "d", "t")
+    expires = int(NOW * 1000) + 900_000
+    lines = [orjson.loads(line) for line in with_helper.splitlines()[1:]]
+    rows = _files().to_pylist()
+    assert len(lines) == len(rows)
+    for line, row in zip(lines, rows, strict=True):
+        url = _url(line, response_format)
+        relative = unquote(row["path"])
+        assert url.endswith(f"&sig={url_signature(key, relative, expires, HOLDER)}"), url
+
+
 def test_small_batches_never_start_a_helper(helper: SigningHelper) -> None:
     signer = _context().signer
     assert isinstance(signer, S3Signer)
@@ -284,3 +332,9 @@ def test_helper_signed_urls_fetch_from_moto(moto_s3: str, helper: SigningHelper)
     for i, body in stored.items():
         with urllib.request.urlopen(urls[i], timeout=10) as response:
             assert response.read() == body
+
+
+def test_responses_rendered_on_the_event_loop_never_wait_for_the_helper() -> None:
+    from sharing.query.small import SMALL_PLAN_FILES
+
+    assert SMALL_PLAN_FILES < MIN_BATCH

@@ -245,3 +245,30 @@ def test_a_failure_reading_the_sections_comes_after_the_batches_before_it(rsa_ke
     got, error = _collect(plan(SlowSigner(rsa_key, ahead=3, delay=0.02)).body())
     assert got == expected and error is expected_error is RuntimeError
     assert b"".join(got).count(b'"file"') == 12
+
+
+def test_streams_at_once_share_the_fast_batches_ahead(storage) -> None:
+    """Two responses streaming at once in a process hold FAST_AHEAD batches ahead between
+    them (one each at least), not FAST_AHEAD each; a finished or abandoned one gives its
+    share back."""
+    from sharing.query import batch_pipeline
+
+    assert batch_pipeline._streaming == 0 and batch_pipeline._fast_depth() == FAST_AHEAD
+    signer = SlowSigner(HmacKey("GOOG1ID", "secret"), ahead=0, delay=0.01)
+    first = iter(_plan(signer, storage, _files(40)).body())
+    second = iter(_plan(signer, storage, _files(40)).body())
+    for _ in range(4):  # the head, a literal and into the first batches
+        next(first)
+        next(second)
+    assert batch_pipeline._streaming == 2
+    assert batch_pipeline._fast_depth() == max(1, FAST_AHEAD // 2)
+    signer.max_active = 0
+    for _ in range(6):
+        next(first)
+        next(second)
+    # The signing under way at once: one batch ahead per response.
+    assert signer.max_active <= 2 * max(1, FAST_AHEAD // 2)
+    second.close()  # abandoned (client gone)
+    assert batch_pipeline._streaming == 1 and batch_pipeline._fast_depth() == FAST_AHEAD
+    _drain(first)
+    assert batch_pipeline._streaming == 0

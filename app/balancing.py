@@ -1,0 +1,159 @@
+"""Spreading connections over the worker processes that share one listening socket.
+
+Every worker waits on the same socket, and the first event loop to wake accepts every
+connection waiting there (uvloop, like asyncio, accepts until the backlog is empty): four
+clients that connect at once mostly land on one worker, which then serves them on one
+core's worth of GIL while its sibling idles (measured with `bench/query_e2e.py`: three
+1M-file responses on one worker, one on the other; each of the three took 2.6x as long as
+the fourth). Here each worker publishes how many connections it holds in a small array
+shared by all workers (made by the supervisor before the fork), accepts one connection at
+a time, and a worker holding more than the least busy live sibling waits `DEFER_SECONDS`
+before accepting, so the sibling takes the connection; if the sibling does not (busy, or
+gone), the connection is accepted after the wait anyway. Counts are only hints: a race
+costs balance, never a connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import mmap
+import socket
+import struct
+from typing import Any
+
+import uvicorn
+
+__all__ = ["DEFER_SECONDS", "BalancedServer", "WorkerLoads", "WorkerSlot"]
+
+log = logging.getLogger("lakeshare.workers")
+
+# How long a busier worker leaves a waiting connection to a less busy sibling.
+DEFER_SECONDS = 0.01
+_COUNT = struct.Struct("<q")
+_GONE = -1  # a slot whose worker is not serving (not started, exited): never compared
+
+
+class WorkerLoads:
+    """Open connections per worker, in anonymous shared memory (made before the fork, so
+    every worker sees the same pages)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._memory = mmap.mmap(-1, _COUNT.size * max(1, workers))
+        for index in range(workers):
+            self._put(index, _GONE)
+
+    def slot(self, index: int) -> WorkerSlot:
+        return WorkerSlot(self, index)
+
+    def gone(self, index: int) -> None:
+        """The worker at `index` has exited (its replacement starts from nothing)."""
+        self._put(index, _GONE)
+
+    def _get(self, index: int) -> int:
+        value: int = _COUNT.unpack_from(self._memory, index * _COUNT.size)[0]
+        return value
+
+    def _put(self, index: int, value: int) -> None:
+        _COUNT.pack_into(self._memory, index * _COUNT.size, value)
+
+
+class WorkerSlot:
+    """One worker's entry: only that worker writes it (from its event loop)."""
+
+    def __init__(self, loads: WorkerLoads, index: int) -> None:
+        self._loads = loads
+        self.index = index
+
+    def start(self) -> None:
+        self._loads._put(self.index, 0)
+
+    def add(self, delta: int) -> None:
+        self._loads._put(self.index, max(0, self._loads._get(self.index) + delta))
+
+    def busier_than_a_sibling(self) -> bool:
+        """Does this worker hold more connections than some live sibling?"""
+        mine = self._loads._get(self.index)
+        others = (self._loads._get(i) for i in range(self._loads.workers) if i != self.index)
+        return any(0 <= other < mine for other in others)
+
+
+class BalancedServer(uvicorn.Server):
+    """uvicorn's server accepting from the shared socket through `WorkerSlot`'s rule
+    instead of uvicorn's own listener (everything after the accept is uvicorn's)."""
+
+    def __init__(self, config: uvicorn.Config, slot: WorkerSlot) -> None:
+        super().__init__(config)
+        self.slot = slot
+        self._accepting: asyncio.Task[None] | None = None
+        self._setting_up: set[asyncio.Task[None]] = set()  # connections being set up
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=[])  # lifespan and state; no listener of its own
+        if sockets:
+            (listening,) = sockets
+            self.slot.start()
+            self._accepting = asyncio.get_running_loop().create_task(self._accept(listening))
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
+        await super().shutdown(sockets)
+
+    def _protocol(self) -> asyncio.Protocol:
+        config = self.config
+        protocol: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+            config=config,
+            server_state=self.server_state,
+            app_state=self.lifespan.state,
+        )
+        return protocol
+
+    async def _accept(self, listening: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        listening.setblocking(False)
+        while True:
+            await _readable(loop, listening)
+            if self.slot.busier_than_a_sibling():
+                await asyncio.sleep(DEFER_SECONDS)  # a less busy sibling takes it
+            try:
+                connection, _ = listening.accept()
+            except (BlockingIOError, InterruptedError):
+                continue  # a sibling took it
+            except OSError as exc:  # out of descriptors, ...: retry shortly
+                log.warning("cannot accept a connection: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            self.slot.add(1)  # until its protocol's connection_lost
+            task = loop.create_task(self._set_up(loop, connection))
+            self._setting_up.add(task)
+            task.add_done_callback(self._setting_up.discard)
+
+    async def _set_up(self, loop: asyncio.AbstractEventLoop, connection: socket.socket) -> None:
+        connection.setblocking(False)
+        try:
+            await loop.connect_accepted_socket(self._protocol, connection, ssl=self.config.ssl)
+        except Exception as exc:  # e.g. a failed TLS handshake: that connection only
+            self.slot.add(-1)
+            log.debug("connection not set up: %s", exc)
+            connection.close()
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, listening: socket.socket) -> None:
+    """Returns when a connection waits on `listening`."""
+    ready: asyncio.Future[Any] = loop.create_future()
+    fd = listening.fileno()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
