@@ -71,7 +71,7 @@ async def authenticate(request: Request) -> Principal:
     state = request.state
     state.principal = principal
     state.recipient = principal.recipient
-    viewer = Viewer(principal.recipient, principal.properties)
+    viewer = Viewer(principal.recipient, principal.properties, principal.generation)
     state.catalog = request.app.state.catalog.visible_to(principal.shares, viewer)
     return principal
 

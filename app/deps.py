@@ -24,6 +24,7 @@ from sharing.query import capabilities
 from sharing.query.async_service import AsyncQueryService
 from sharing.query.capabilities import Capabilities
 from sharing.query.planner import Planner
+from sharing.recipients.generations import holder_stamp
 from sharing.shares.admin import ShareAdmin
 from sharing.tables import TableService
 
@@ -87,7 +88,8 @@ async def base_url(request: Request) -> str:
 
 async def url_holder(principal: CurrentPrincipal) -> UrlHolder:
     """Whom the request's signed file URLs are for: its recipient and credential."""
-    return UrlHolder(principal.recipient, principal.credential_id)
+    stamp = holder_stamp(principal.generation, principal.properties)
+    return UrlHolder(principal.recipient, principal.credential_id, stamp)
 
 
 async def request_capabilities(request: Request) -> Capabilities:

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.zero_copy import EXTENSION
+from app.zero_copy import EXTENSION, HEAD_WITH_BODY
 from sharing.presign.local_verify import OpenedFile
 
 __all__ = ["file_response", "offers_zero_copy"]
@@ -60,6 +60,7 @@ class _ZeroCopyResponse(Response):
                     "type": "http.response.start",
                     "status": self.status_code,
                     "headers": self.raw_headers,
+                    HEAD_WITH_BODY: True,  # the server sends head and body together
                 }
             )
             file, offset, count = self._opened.span()

@@ -3,7 +3,7 @@ authentication, error handlers and middleware. No protocol logic lives here."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
@@ -44,8 +44,6 @@ from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
 from sharing.query.planner import Planner
 from sharing.recipients.audit import RefusalBudget
-from sharing.recipients.directory import RecipientDirectory
-from sharing.recipients.names import Properties
 from sharing.recipients.oauth.server import open_oauth
 from sharing.recipients.runtime import open_recipients
 from sharing.s3.access import KeyChecker
@@ -140,7 +138,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.state.catalog,
         config.signing_secret,
         config.views.location,
-        properties_of=_properties_of(app.state.recipients.directory),
+        holders=app.state.recipients.directory,
     )
     app.state.s3_keys = KeyChecker(
         config.signing_secret, app.state.recipients.directory, app.state.catalog
@@ -245,14 +243,3 @@ def create_app(config: ServerConfig) -> FastAPI:
             header=config.forwarded_header,
         )
     return app
-
-
-def _properties_of(directory: RecipientDirectory) -> Callable[[str], Properties]:
-    """A recipient's current properties (none for one no longer known): a view's files
-    are those of the tuple they give now (sharing.presign.local_verify)."""
-
-    def properties(name: str) -> Properties:
-        recipient = directory.recipient(name)
-        return recipient.properties if recipient is not None else ()
-
-    return properties

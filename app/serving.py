@@ -47,7 +47,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.protocols.utils import is_ssl
 
 from app.balancing import BalancedServer, WorkerSlot
-from app.zero_copy import EXTENSION, FileSender
+from app.zero_copy import EXTENSION, HEAD_WITH_BODY, FileSender
 from sharing.config import LimitsConfig
 
 __all__ = ["build_server", "limited_protocol", "refusal_bytes", "run"]
@@ -105,7 +105,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         sock = transport.get_extra_info("socket")
         # Under TLS, the transport encrypts: no byte may bypass it.
         if self.limits.sendfile and sock is not None and not is_ssl(transport):
-            self._file_sender = FileSender(sock.fileno(), transport)
+            self._file_sender = FileSender(sock, transport)
         if len(self.connections) > self.limits.max_connections:
             log.warning(
                 "refused a connection: %d open, maxConnections is %d",
@@ -365,9 +365,13 @@ def _with_file_sender(app: Any, sender: FileSender, cycle: RequestResponseCycle)
     """`app` with a `send` that hands `zerocopysend` messages of `cycle` to `sender`."""
 
     async def send(message: Message) -> None:
-        if message["type"] == EXTENSION:
+        kind = message["type"]
+        if kind == EXTENSION:
             await sender.send(cycle, message)  # type: ignore[arg-type]
+        elif kind == "http.response.start" and message.get(HEAD_WITH_BODY):
+            await sender.hold_head(cycle, message)  # type: ignore[arg-type]
         else:
+            sender.release_head()
             await cycle.send(message)  # type: ignore[arg-type]
 
     async def run(scope: Scope, receive: Receive, _: Send) -> None:

@@ -8,6 +8,12 @@ encrypted by the transport) and routes the message here. The message (the ASGI
 extension's): `file` (an object with `fileno()`), `offset` (default: the file's position),
 `count` (default: to the end of the file), `more_body`.
 
+A response that marks its start message with `HEAD_WITH_BODY` (the file responses of
+app.file_responses: the body follows at once) has its head held back and sent with
+`MSG_MORE` right before the body: head and body leave in the same segments, one write and
+one wake-up of the client instead of two. A held head that no file body follows goes out
+before the next message.
+
 The socket belongs to the event loop's transport, so bytes may be written straight to it
 only while the transport holds none of its own (they would otherwise go out of order). When
 it does, or when the socket is full (`sendfile` would block: uvloop lets nobody but the
@@ -27,9 +33,10 @@ import asyncio
 import errno
 import logging
 import os
+import socket
 from typing import Any, Protocol
 
-__all__ = ["EXTENSION", "SENT", "FileSender"]
+__all__ = ["EXTENSION", "HEAD_WITH_BODY", "SENT", "FileSender"]
 
 log = logging.getLogger("lakeshare.server")
 
@@ -37,6 +44,8 @@ EXTENSION = "http.response.zerocopysend"
 # Key the sender sets in the message: bytes the connection took (all of `count`, or fewer
 # when the client disconnected).
 SENT = "lakeshare.sent"
+# Key of a start message whose body is one `zerocopysend` message that follows at once.
+HEAD_WITH_BODY = "lakeshare.head_with_body"
 
 # Bytes per read when the transport carries the body (the socket full or busy).
 _PIECE_BYTES = 256 * 1024
@@ -55,6 +64,7 @@ class _Cycle(Protocol):
     """What the sender uses of uvicorn's `RequestResponseCycle`."""
 
     scope: Any
+    transport: Any
     flow: _Flow
     disconnected: bool
     response_started: bool
@@ -66,19 +76,43 @@ class _Cycle(Protocol):
 
 
 class FileSender:
-    """Sends `zerocopysend` bodies on one connection: `sock` is its socket's descriptor,
-    `transport` the event loop's transport that owns it."""
+    """Sends `zerocopysend` bodies on one connection: `sock` is its socket (the
+    transport's `socket` extra info, whose descriptor is used), `transport` the event
+    loop's transport that owns it."""
 
-    def __init__(self, sock: int, transport: asyncio.Transport) -> None:
-        self._sock = sock
+    def __init__(self, sock: Any, transport: asyncio.Transport) -> None:
+        self._sock: int = sock.fileno()
+        self._family: int = sock.family
+        self._type: int = sock.type
         self._transport = transport
+        self._head = b""  # a response head held back until its body goes out
+
+    async def hold_head(self, cycle: _Cycle, message: dict[str, Any]) -> None:
+        """`cycle.send` of a start message, with the head it writes kept here."""
+        capture = _HeadCapture(cycle.transport)
+        cycle.transport = capture
+        try:
+            await cycle.send(message)
+        finally:
+            cycle.transport = capture.transport
+        self._head = b"".join(capture.parts)
+
+    def release_head(self) -> None:
+        """The held head, if any, to the transport (no file body follows it)."""
+        if self._head:
+            head, self._head = self._head, b""
+            if not self._transport.is_closing():
+                self._transport.write(head)
 
     async def send(self, cycle: _Cycle, message: dict[str, Any]) -> None:
         """One `http.response.zerocopysend` message of `cycle`'s response."""
+        if self._head and cycle.flow.write_paused:
+            self.release_head()
         if cycle.flow.write_paused and not cycle.disconnected:
             await cycle.flow.drain()
         message[SENT] = 0
         if cycle.disconnected:
+            self._head = b""
             return
         if not cycle.response_started or cycle.response_complete:
             raise RuntimeError(f"Unexpected ASGI message {EXTENSION!r} outside a response body.")
@@ -90,6 +124,8 @@ class FileSender:
         if count is None:
             count = max(0, os.fstat(fd).st_size - offset)
         more_body = bool(message.get("more_body", False))
+        if not count or cycle.scope["method"] == "HEAD" or cycle.chunked_encoding:
+            self.release_head()
         if count and cycle.scope["method"] != "HEAD":
             if cycle.chunked_encoding:
                 # No Content-Length: each piece is framed as a chunk by uvicorn.
@@ -109,6 +145,8 @@ class FileSender:
     ) -> None:
         """`count` bytes at `offset` of `fd` onto the socket, sendfile while it can."""
         end = offset + count
+        if self._head and not self._send_head(cycle):
+            return
         if self._transport.get_write_buffer_size():
             await asyncio.sleep(0)  # the head was queued: let the loop write it first
         while offset < end:
@@ -164,8 +202,47 @@ class FileSender:
             offset += len(piece)
             message[SENT] += len(piece)
 
+    def _send_head(self, cycle: _Cycle) -> bool:
+        """The held head onto the socket, marked as followed by more (MSG_MORE): the
+        kernel sends it with the body's first bytes. False: the client is gone."""
+        head, self._head = self._head, b""
+        sent = 0
+        if self._transport.get_write_buffer_size() == 0:
+            # A socket object on the transport's descriptor for this one call, detached
+            # after it (as uvloop's own socket stand-in does): it never closes the socket.
+            view = socket.socket(self._family, self._type, 0, self._sock)
+            try:
+                sent = view.send(head, socket.MSG_MORE)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN):
+                    self._gone(cycle)
+                    return False
+                raise
+            finally:
+                view.detach()
+        if sent < len(head):
+            self._transport.write(head[sent:])
+        return True
+
     def _gone(self, cycle: _Cycle) -> None:
         """The client left mid-body: the cycle ends as uvicorn ends a disconnected one."""
         cycle.disconnected = True
         if not self._transport.is_closing():
             self._transport.abort()
+
+
+class _HeadCapture:
+    """A cycle's transport while it writes a head to hold back: `write` keeps the bytes,
+    everything else is the transport."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)

@@ -1,6 +1,6 @@
 """Fixed per-request cost of `lakeshare serve`, in CPU instructions, next to a trivial route.
 
-    .venv/bin/python bench/request_cost.py [--requests 1000] [--code DIR]
+    .venv/bin/python bench/request_cost.py [--requests 1000] [--code DIR] [--routes R ...]
 
 Throughput on this machine's 2 shared cores swings with other jobs by a factor of two
 within minutes; an instruction count does not. Each server (a trivial FastAPI app on
@@ -12,11 +12,15 @@ middleware, authentication, audit and access log, metrics, routing and the route
 the ratio trivial/route is the throughput ratio a single CPU-bound worker can reach.
 `--code DIR` runs the server from another checkout (e.g. an older commit's `git archive`)
 for a before/after comparison. The servers run in parallel: a run takes a few minutes.
+Route `file` is the download of one signed file URL of the table (the URL a query gave,
+fetched again and again): the signature check, the holder's current state from the
+recipient cache, and the file sent. `--routes` measures only those named (and `trivial`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -47,6 +51,7 @@ ROUTES = {
     "shares": "/delta-sharing/shares",
     "version": TABLE + "/version",
     "query": TABLE + "/query",  # POST {}: the small query
+    "file": "",  # a file URL the small query gives (resolved once the server is up)
 }
 WARM_UP = 200
 
@@ -72,15 +77,17 @@ def measure(route: str, requests: int, code: Path | None) -> int:
     """Instructions the server process spent per request on `route`."""
     workdir = Path(tempfile.mkdtemp(prefix=f"request-cost-{route}-"))
     port = free_port()
-    body = b"{}" if route == "query" else None
+    body = b"{}" if route in ("query", "file") else None
+    url = f"http://127.0.0.1:{port}{ROUTES[route] or ROUTES['query']}"
     return instructions_per_request(
         _command(route, workdir, port),
         workdir,
-        f"http://127.0.0.1:{port}{ROUTES[route]}",
+        url,
         TOKEN,
         body,
         requests,
         code,
+        file_url=route == "file",
     )
 
 
@@ -103,10 +110,13 @@ def instructions_per_request(
     body: bytes | None,
     requests: int,
     code: Path | None = None,
+    *,
+    file_url: bool = False,
 ) -> int:
     """Instructions the server process started with `COMMAND` in `workdir` spent per
     request to `url` (POST `body`, or GET when None), counted by callgrind after a warm-up;
-    removes `workdir`."""
+    removes `workdir`. With `file_url`, `url` is a query whose first file URL is then the
+    one requested (without the bearer token: the URL carries its own signature)."""
     env = dict(os.environ, ARROW_USER_SIMD_LEVEL="NONE")  # valgrind decodes no AVX-512
     if code is not None:
         env["PYTHONPATH"] = str(code)
@@ -143,6 +153,10 @@ def instructions_per_request(
                 if server.poll() is not None or time.monotonic() > deadline:
                     sys.exit(f"{url}: the server did not start; see {report}")
                 time.sleep(1)
+            if file_url:
+                lines = client.post(url, headers=headers, content=b"{}").text.splitlines()
+                url = next(json.loads(line)["file"]["url"] for line in lines if '"file"' in line)
+                body, headers = None, {"User-Agent": "request-cost"}
             for _ in range(WARM_UP):
                 send(client).raise_for_status()
             subprocess.run(
@@ -165,19 +179,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--code", type=Path, default=None, help="run lakeshare from here")
+    parser.add_argument("--routes", nargs="+", choices=list(ROUTES), default=list(ROUTES))
     args = parser.parse_args()
+    routes = {"trivial", *args.routes}
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     code = args.code.resolve() if args.code is not None else None
-    with ThreadPoolExecutor(len(ROUTES)) as pool:
+    chosen = [route for route in ROUTES if route in routes]
+    with ThreadPoolExecutor(len(chosen)) as pool:
         costs = dict(
             zip(
-                ROUTES,
+                chosen,
                 pool.map(
                     lambda route: measure(
                         route, args.requests, None if route == "trivial" else code
                     ),
-                    ROUTES,
+                    chosen,
                 ),
                 strict=True,
             )

@@ -86,7 +86,9 @@ class UrlFiles:
         # resolve_key uses only `join`; URL files have no storage kind to declare.
         self._urls[resolve_key(self, "", url)] = url  # type: ignore[arg-type]
 
-    def _get(self, key: str, headers: Mapping[str, str] | None = None) -> bytes | bytearray:
+    def _get(
+        self, key: str, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, bytes | bytearray]:
         url = self._urls.get(key, key)
         body: bytes | bytearray
         try:
@@ -99,21 +101,24 @@ class UrlFiles:
         if status >= 400:
             what = "a deletion vector" if key in self._urls else "a data file"
             raise FileAccessError(status, what)
-        return body
+        return status, body
 
     def read(self, key: str) -> bytes:
-        return bytes(self._get(key))
+        return bytes(self._get(key)[1])
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        return bytes(self._get(key, {"Range": f"bytes={offset}-{offset + length - 1}"}))
+        status, body = self._get(key, {"Range": f"bytes={offset}-{offset + length - 1}"})
+        if status == 200:  # a server may ignore Range (RFC 9110): the whole file came
+            return bytes(memoryview(body)[offset : offset + length])
+        return bytes(body)
 
     def open_input_file(self, key: str) -> pa.NativeFile:
         size = self._sizes.get(key)
         if size is None or size <= WHOLE_FILE_LIMIT:
             if self._last is None or self._last[0] != key:
-                self._last = (key, pa.py_buffer(self._get(key)))
+                self._last = (key, pa.py_buffer(self._get(key)[1]))
             return pa.BufferReader(self._last[1])
         return open_ranged(lambda offset, length: self.read_range(key, offset, length), size, key)
 

@@ -42,6 +42,8 @@ class SharedTable:
     config: TableConfig
     recipient: str | None = None
     partition_filter: BoundFilter | None = None
+    # Which recipient of that name (sharing.recipients.generations): tokens carry it.
+    generation: int = 0
     # A shared view (sharing.views): the id of the tuple of property values whose
     # materialization `config.location` names.
     view_tuple: str = ""
@@ -236,6 +238,7 @@ class Catalog:
                     name=candidate.name,
                     config=candidate,
                     recipient=self._viewer.recipient if self._viewer is not None else None,
+                    generation=self._viewer.generation if self._viewer is not None else 0,
                     partition_filter=self._bound_filter(candidate),
                 )
         raise self._table_not_found(share, schema, table)
@@ -254,6 +257,7 @@ class Catalog:
             name=entry.name,
             config=served,
             recipient=self._viewer.recipient if self._viewer is not None else None,
+            generation=self._viewer.generation if self._viewer is not None else 0,
             view_tuple=tuple_id,
         )
 

@@ -84,11 +84,12 @@ class PartitionFilterMisconfigured(SharingError):
 
 @dataclass(frozen=True)
 class Viewer:
-    """Who a catalog view is for: the recipient (tokens are bound to it) and its
-    properties (bound into partition filters)."""
+    """Who a catalog view is for: the recipient and its generation (tokens are bound to
+    both) and its properties (bound into partition filters)."""
 
     recipient: str
     properties: Properties = ()
+    generation: int = 0
 
 
 @dataclass(frozen=True)

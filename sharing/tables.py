@@ -399,7 +399,8 @@ class TableService:
         A request joining a load registered longer than the refresh window before it
         arrived is held to what `latest` promises (it sees every commit completed before
         it arrived, `refreshWindowMs`): when one listing shows a version newer than the
-        load's, it waits for the load and is answered by the refresh after it."""
+        load's (its head's, or its snapshot's when it announces none), it waits for the
+        load and is answered by the refresh after it."""
         arrived = time.monotonic()
         if shared.source is not None:
             return self.resolve(shared, version=None, timestamp=None)
@@ -425,15 +426,16 @@ class TableService:
 
             threading.Thread(target=load, name="snapshot-load", daemon=True).start()
         head = loading.wait_head()
+        version = head.version if head is not None else loading.result().version
+        if began is not None and not self._stale_ok and began <= arrived - self._refresh_window:
+            with self.errors(shared):
+                newer = table.has_version_after(version)
+            if newer:
+                return self.resolve(shared, version=None, timestamp=None)
         if head is None:
             snapshot = loading.result()
             self._check_start_version(shared, snapshot.version)
             return ResolvedSnapshot(snapshot, time_travel=False)
-        if began is not None and not self._stale_ok and began <= arrived - self._refresh_window:
-            with self.errors(shared):
-                newer = table.has_version_after(head.version)
-            if newer:
-                return self.resolve(shared, version=None, timestamp=None)
         self._check_start_version(shared, head.version)
         return loading
 

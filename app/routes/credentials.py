@@ -48,6 +48,7 @@ def _vend(
             signing_secret=config.signing_secret,
             recipient=principal.recipient,
             credential_id=principal.credential_id,
+            generation=principal.generation,
             requested=location,
             validity_seconds=validity,
             endpoint=endpoint_url(config.public_url or base_url, config.endpoint),

@@ -106,6 +106,7 @@ def _key_vending(request: Request) -> KeyVending:
             signing_secret=config.signing_secret,
             recipient=principal.recipient,
             credential_id=principal.credential_id,
+            generation=principal.generation,
             requested=None,
             validity_seconds=config.temporary_credential_validity_seconds,
             endpoint=endpoint,

@@ -2,7 +2,8 @@
 
 A URL names the table (share/schema/table as configured) and the file's path relative to
 the table root, the recipient and credential it was handed to (`rcp`, `cid`), and carries
-an expiry and an HMAC-SHA256 over exactly those, so it cannot be replayed for another
+an expiry and an HMAC-SHA256 over exactly those and the recipient's generation and
+properties (`UrlHolder.stamp`, not written in the URL), so it cannot be replayed for another
 file, another table or after it expires, and a download is attributed to its recipient in
 the audit trail without the URL being re-attributable by editing it. The `sp=r` parameter
 marks the URL as pre-signed for delta-kernel-rs, which only fetches http(s) paths over
@@ -34,7 +35,7 @@ from sharing.presign.prepared_hmac import DIGEST_SIZE, PREFIXED, PreparedHmac
 from sharing.presign.url_paths import plain_column, relative_column
 
 _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
-_KEY_LABEL = b"lakeshare/local-file-url/v2"  # v2: the holder is signed too
+_KEY_LABEL = b"lakeshare/local-file-url/v3"  # v2: the holder is signed; v3: its stamp too
 
 
 # Keys are derived once per secret and table, not once per request (a signer is made for
@@ -61,14 +62,20 @@ def table_key(master: bytes, share: str, schema: str, table: str, copy: bool = F
 @dataclass(frozen=True, slots=True)
 class UrlHolder:
     """Whom file URLs are handed to: the recipient and the credential it presented (None
-    for the anonymous principal). Both are signed, so they cannot be edited."""
+    for the anonymous principal). Both are signed, so they cannot be edited.
+
+    `stamp` is signed but not written in the URL: which recipient of the name it is and
+    what its properties were (sharing.recipients.generations.holder_stamp). The verifier
+    signs with the holder's current stamp, so a URL stops verifying once its recipient is
+    re-created under the same name or its properties change."""
 
     recipient: str
     credential_id: str | None = None
+    stamp: str = ""
 
     def signed_part(self) -> bytes:
         """What the signature covers of the holder, between the expiry and the path."""
-        return f"{self.recipient}\x00{self.credential_id or ''}\x00".encode()
+        return f"{self.recipient}\x00{self.credential_id or ''}\x00{self.stamp}\x00".encode()
 
     def query(self) -> str:
         """The URL parameters naming the holder."""

@@ -2,11 +2,16 @@
 local signer, verifying what it signed.
 
 A request is honoured only when its signature matches the table, relative path, holder
-(recipient and credential) and expiry it names, the expiry is in the future, the table is
-in the configuration, and the path, once symlinks are resolved, stays inside that table's
-directory (its compatible copy's, for a URL marked as a copy's: sharing.copies). Any
-failure of the signature or the path is the same 403, so probing reveals nothing about
-the disk.
+(recipient and credential) and expiry it names, and the holder's current generation and
+properties (`UrlHolder.stamp`); the expiry is in the future; the holder is still admitted
+as its bearer token would be — the credential usable, the recipient enabled and not
+expired (sharing.recipients.directory.derived) — and still granted the table's share; the
+table is in the configuration; and the path, once symlinks are resolved, stays inside that
+table's directory (its compatible copy's, for a URL marked as a copy's: sharing.copies).
+The holder's state comes from the directory's cache, so a URL stops working within
+`store.cacheSeconds` of a delete, re-creation, property change, revocation, disable or
+ungrant, as the bearer token does. Any failure of the signature or the path is the same
+403, so probing reveals nothing about the disk.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -29,6 +34,8 @@ from sharing.copies import copy_location
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
 from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
+from sharing.recipients.generations import holder_stamp
+from sharing.recipients.model import Principal, Recipient
 from sharing.recipients.names import Properties
 from sharing.recipients.refusals import Reason, Refusal, RefusedForbidden
 from sharing.views.materializations import served_entry
@@ -63,6 +70,16 @@ class TableLookup(Protocol):
     def get_table(self, share: str, schema: str, table: str) -> SharedTable: ...
 
 
+class Holders(Protocol):
+    """The recipients' side (sharing.recipients.directory.RecipientDirectory)."""
+
+    def current(self, name: str) -> Recipient | None: ...
+
+    def holds(
+        self, recipient: Recipient, credential_id: str | None, client: str | None = None
+    ) -> Principal: ...
+
+
 class FileServer:
     """Checks signed file URLs against the catalog and finds the file on disk."""
 
@@ -72,15 +89,17 @@ class FileServer:
         secret: str | bytes,
         views_location: str | None = None,
         *,
-        properties_of: Callable[[str], Properties] | None = None,
+        holders: Holders | None = None,
     ) -> None:
         """`catalog` is asked on every download: a table no longer served has no files.
         Compatible copies and views' materializations live under `views_location` (None:
         none are served); a view's files are those of the materialization of the tuple the
-        URL holder's current properties (`properties_of`) give."""
+        URL holder's current properties give. `holders` says who holds a URL now (None:
+        a server without recipients, whose URLs are signed for an empty stamp and checked
+        by their signature alone)."""
         self._catalog = catalog
         self._master = derive_master_key(secret)
-        self._properties_of = properties_of
+        self._holders = holders
         self._views_location = views_location
 
     def open(
@@ -113,6 +132,13 @@ class FileServer:
             shared = self._catalog.get_table(share, schema, table)
         except ResourceNotFound:
             raise _invalid_signature(holder) from None
+        holders = self._holders
+        current = holders.current(holder.recipient) if holders is not None else None
+        if holders is not None:
+            if current is None:  # no recipient of this name now: nothing verifies
+                raise _invalid_signature(holder)
+            stamp = holder_stamp(current.generation, current.properties)
+            holder = UrlHolder(holder.recipient, holder.credential_id, stamp)
         key = table_key(self._master, shared.share, shared.schema, shared.name, copy)
         expected = url_signature(key, relative, expires_ms, holder)
         if not hmac.compare_digest(expected, signature):
@@ -124,9 +150,19 @@ class FileServer:
                 "The URL has expired.",
                 Refusal(Reason.URL_EXPIRED, holder.recipient, holder.credential_id),
             )
+        properties: Properties = ()
+        if holders is not None and current is not None:
+            # As its bearer token would be now (URLs are fetched from anywhere: like a
+            # cloud's pre-signed URLs, they are not held to the IP allow-list).
+            principal = holders.holds(current, holder.credential_id)
+            if not principal.may_see(shared.share):
+                raise RefusedForbidden(
+                    "The table is no longer shared with the recipient this URL was issued to.",
+                    Refusal(Reason.FORBIDDEN, holder.recipient, holder.credential_id),
+                )
+            properties = principal.properties
         location = shared.config.location
         if shared.is_view:
-            properties = self._properties_of(holder.recipient) if self._properties_of else ()
             view, _ = served_entry(
                 shared.config, shared.full_name, self._views_location, properties
             )
@@ -157,7 +193,10 @@ def _not_signed(holder: UrlHolder | None) -> RefusedForbidden:
 
 def _invalid_signature(holder: UrlHolder | None) -> RefusedForbidden:
     return RefusedForbidden(
-        "The URL signature is invalid.", _claimed(Reason.URL_SIGNATURE_INVALID, holder)
+        "The URL signature is invalid, or the recipient it was issued to is no longer the "
+        "one holding its name (deleted, re-created, or its properties changed): query the "
+        "table again for new URLs.",
+        _claimed(Reason.URL_SIGNATURE_INVALID, holder),
     )
 
 

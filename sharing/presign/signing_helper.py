@@ -110,6 +110,14 @@ class SigningHelper:
             except (OSError, EOFError, ValueError) as exc:
                 self._lost(process, exc)
                 return None
+            except BaseException as exc:
+                # Interrupted mid-exchange (MemoryError, an asynchronous exception): the rest
+                # of this reply would be read as the next batch's, every later batch getting
+                # its predecessor's signatures. The helper goes; a new one starts later.
+                self._lost(process, exc)
+                raise
+            if status not in (OK, FAILED):
+                self._lost(process, ValueError(f"reply status {status}"))  # framing unknown
         if status == FAILED:
             log.error("the signing helper failed a batch: %s", payload.decode(errors="replace"))
             raise SigningFailed()

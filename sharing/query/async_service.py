@@ -173,9 +173,12 @@ def _bound_table(shared: SharedTable, on_copy: bool, tables: TableService) -> Sh
 
 
 def _owner(shared: SharedTable) -> str:
-    """Whose a query is: the recipient the table was resolved for (every route that reaches
-    this service is authenticated; "" would be no one's, and is nobody's to poll)."""
-    return shared.recipient or ""
+    """Whose a query is: the recipient the table was resolved for, with its generation
+    (sharing.recipients.generations), so a recipient re-created under the same name polls
+    none of the first one's queries (every route that reaches this service is
+    authenticated; "" would be no one's, and is nobody's to poll)."""
+    name = shared.recipient or ""
+    return f"{name}#{shared.generation}" if shared.generation else name
 
 
 def fingerprint(inputs: QueryInputs) -> str:

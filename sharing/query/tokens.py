@@ -176,19 +176,23 @@ class QueryTokens:
 
 
 def _holder(shared: SharedTable) -> dict[str, str | int]:
-    """Whose token it is: the recipient and its bound partition filter (sharing.slices),
-    so a token never resumes another recipient's slice, nor a slice the recipient's
+    """Whose token it is: the recipient, its generation and its bound partition filter
+    (sharing.slices), so a token never resumes another recipient's slice (nor that of a
+    recipient deleted and re-created under the same name), nor a slice the recipient's
     properties no longer give it; and `cp` on a compatible copy's."""
     holder: dict[str, str | int] = {"r": shared.recipient or "", "f": shared.slice_key}
+    if shared.generation:  # the recipient's generation (sharing.recipients.generations)
+        holder["g"] = shared.generation
     if shared.from_copy:
         holder[COPY_MARK] = 1
     return holder
 
 
 def _check_holder(payload: Mapping[str, object], shared: SharedTable, kind: str) -> None:
-    if payload.get("r", "") != (shared.recipient or ""):
+    if payload.get("r", "") != (shared.recipient or "") or payload.get("g", 0) != shared.generation:
         raise InvalidParameter(
-            f"The {kind} token was issued to another recipient. Please restart the query."
+            f"The {kind} token was issued to another recipient (or to an earlier recipient "
+            "of the same name). Please restart the query."
         )
     if payload.get("f", "") != shared.slice_key:
         raise InvalidParameter(

@@ -15,6 +15,13 @@ made by any process on the same store is enforced by every process within `cache
 while a request costs no database round trip. Expiry is checked against the clock on every
 request, cached or not. `last_used_at` is written behind (see `usage.UsageRecorder`).
 
+Credentials derived from a request — signed file URLs, S3 keys — are checked with `derived`:
+the recipient they name must still be the one they were derived for (its generation:
+sharing.recipients.generations), the credential they were derived from still usable, and
+the recipient admitted as a bearer token's would be; so they stop working within
+`cache_seconds` of a delete, re-creation, revocation, rotation's end or disable, exactly as
+the bearer token does.
+
 Extension point: `add_verifier` registers a `BearerVerifier` (e.g. signed OAuth access
 tokens) consulted for bearer tokens that are not store tokens nor configured ones; it names
 the recipient and credential, and this directory applies the recipient's state, expiry, IP
@@ -25,17 +32,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import logging
 import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from sharing.config import ServerConfig
 from sharing.errors import Unauthenticated
 from sharing.recipients.basic_logins import BasicLogins, TooManyFailedLogins
+from sharing.recipients.generations import config_generation
 from sharing.recipients.hashing import (
     hash_token,
     is_password_hash,
@@ -55,6 +65,7 @@ from sharing.recipients.model import (
 from sharing.recipients.names import (
     ADMIN_RECIPIENT,
     ALL_SHARES,
+    ANONYMOUS_RECIPIENT,
     BEARER_TOKEN_RECIPIENT,
     is_recipient_name,
     parse_instant,
@@ -90,6 +101,10 @@ known id's wrong secret costs (the preimage is never kept)."""
 
 
 _UNKNOWN_CREDENTIALS = Refusal(Reason.INVALID_CREDENTIALS)
+_ANONYMOUS_RECIPIENT = Recipient(
+    name=ANONYMOUS_RECIPIENT, shares=frozenset({ALL_SHARES}), source=RecipientSource.CONFIG
+)
+"""The anonymous principal as a recipient (`current`), while no authorization is configured."""
 
 
 class Challenge(Unauthenticated):
@@ -133,6 +148,11 @@ class BearerVerifier(Protocol):
 
     def verify(self, token: str) -> VerifiedToken | None: ...
 
+    def vouches(self, credential_id: str) -> bool:
+        """Whether `credential_id` names a credential of this verifier's that still holds
+        (e.g. a federated issuer still configured): credentials derived through it live on."""
+        ...
+
 
 _Entry = tuple[Credential, Recipient]
 
@@ -152,6 +172,7 @@ class RecipientDirectory:
         self._config_recipients: dict[str, Recipient] = {}
         self._config_tokens: dict[str, _Entry] = {}
         self._config_basic: dict[str, list[_Entry]] = {}
+        self._config_credentials: dict[str, Credential] = {}
         self._load_config(config)
         self.repository = (
             RecipientRepository(
@@ -282,12 +303,68 @@ class RecipientDirectory:
             raise _invalid()
         return self._admit(recipient, credential_id, client, now_ms())
 
-    def admit(
-        self, recipient: Recipient, credential_id: str | None, client: str | None
+    def current(self, name: str) -> Recipient | None:
+        """The recipient now holding `name` as a credential derived for it names it (the
+        anonymous principal's stand-in while no authorization is configured); None for an
+        unknown or impossible name, without asking the store for the latter."""
+        if name == ANONYMOUS_RECIPIENT:
+            return _ANONYMOUS_RECIPIENT if self.anonymous else None
+        if name not in self._config_recipients and not is_recipient_name(name):
+            return None
+        return self.recipient(name)
+
+    def derived(
+        self,
+        name: str,
+        credential_id: str | None,
+        generation: int,
+        client: str | None = None,
     ) -> Principal:
-        """The principal of a recipient a vended key named (sharing.s3.access): its state,
-        expiry and IP allow-list applied as for a bearer token; RefusedForbidden otherwise."""
-        return self._admit(recipient, credential_id, client, now_ms())
+        """The principal a credential derived from an earlier request (a signed URL, an S3
+        key) is served as now, its derivation verified by the caller: the recipient named
+        must be the one it was derived for (`generation`), the credential it was derived
+        from still usable (neither revoked, expired, past a rotation's grace, nor deleted),
+        and the recipient admitted as for its bearer token (enabled, not expired; its
+        address allow-list applied when `client` is given). RefusedForbidden otherwise,
+        naming the holder as verified."""
+        recipient = self.current(name)
+        if recipient is None or recipient.generation != generation:
+            raise RefusedForbidden(
+                f"recipient '{name[:80]}' no longer exists as the recipient this was issued "
+                "to (deleted, or re-created under the same name)",
+                Refusal(Reason.CREDENTIAL_REVOKED, name[:64], credential_id),
+            )
+        return self.holds(recipient, credential_id, client)
+
+    def holds(
+        self, recipient: Recipient, credential_id: str | None, client: str | None = None
+    ) -> Principal:
+        """`derived` for the recipient `current` gave, its generation already matched (a
+        signed URL's signature covers it): the credential and admission checks."""
+        if recipient is _ANONYMOUS_RECIPIENT:
+            return ANONYMOUS
+        now = now_ms()
+        if credential_id is not None:
+            credential = self._config_credentials.get(credential_id)
+            if credential is None and recipient.source is RecipientSource.STORE:
+                entry = self.credential(credential_id)
+                credential = entry[0] if entry is not None else None
+            if credential is None and any(v.vouches(credential_id) for v in self._verifiers):
+                credential = Credential(credential_id, recipient.name, CredentialType.OAUTH)
+            if credential is None or credential.recipient != recipient.name:
+                raise RefusedForbidden(
+                    "the credential this was issued through no longer exists",
+                    Refusal(Reason.CREDENTIAL_REVOKED, recipient.name, credential_id),
+                )
+            if not credential.usable(now):
+                revoked = credential.revoked_at is not None and now >= credential.revoked_at
+                reason = Reason.CREDENTIAL_REVOKED if revoked else Reason.CREDENTIAL_EXPIRED
+                raise RefusedForbidden(
+                    "the credential this was issued through is "
+                    + ("revoked" if revoked else "expired"),
+                    Refusal(reason, recipient.name, credential_id),
+                )
+        return self._admit(recipient, credential_id, client, now, check_address=client is not None)
 
     def recipient(self, name: str) -> Recipient | None:
         """A recipient by name, configuration first, then the store (cached)."""
@@ -325,7 +402,13 @@ class RecipientDirectory:
     # -- internals -------------------------------------------------------------------------
 
     def _admit(
-        self, recipient: Recipient, credential_id: str | None, client: str | None, now: int
+        self,
+        recipient: Recipient,
+        credential_id: str | None,
+        client: str | None,
+        now: int,
+        *,
+        check_address: bool = True,
     ) -> Principal:
         if not recipient.enabled:
             raise RefusedForbidden(
@@ -337,7 +420,7 @@ class RecipientDirectory:
                 f"recipient '{recipient.name}' has expired",
                 Refusal(Reason.RECIPIENT_EXPIRED, recipient.name, credential_id),
             )
-        if not recipient.allows_address(client):
+        if check_address and not recipient.allows_address(client):
             raise RefusedForbidden(
                 f"requests from {client or 'an unknown address'} are not allowed",
                 Refusal(Reason.ADDRESS_NOT_ALLOWED, recipient.name, credential_id),
@@ -347,6 +430,7 @@ class RecipientDirectory:
             credential_id=credential_id,
             shares=recipient.shares,
             properties=recipient.properties,
+            generation=recipient.generation,
         )
 
     def _claimed_by_user(self, value: str) -> Refusal:
@@ -483,17 +567,23 @@ class RecipientDirectory:
         recipients: dict[str, Recipient] = {}
         tokens: dict[str, _Entry] = {}
         basic: dict[str, list[_Entry]] = {}
+        # What a configured credential adds to its recipient's generation: its secret's hash,
+        # but for a password given in plain text (hashed with a random salt on every read of
+        # the file) a keyed digest of it, the same in every worker, replica and reload.
+        material: dict[str, str] = {}
         if config.authorization is not None:
+            digest = hash_token(config.authorization.bearer_token)
             recipient = Recipient(
                 name=BEARER_TOKEN_RECIPIENT,
                 shares=frozenset({ALL_SHARES}),
                 source=RecipientSource.CONFIG,
+                generation=config_generation(BEARER_TOKEN_RECIPIENT, [digest]),
             )
             credential = Credential(
                 id=BEARER_TOKEN_RECIPIENT,
                 recipient=recipient.name,
                 type=CredentialType.BEARER,
-                secret_hash=hash_token(config.authorization.bearer_token),
+                secret_hash=digest,
             )
             recipients[recipient.name] = recipient
             tokens[credential.secret_hash or ""] = (credential, recipient)
@@ -519,6 +609,12 @@ class RecipientDirectory:
                         from sharing.recipients.hashing import hash_password
 
                         secret = hash_password(item.password)
+                        keyed = hmac.new(
+                            config.signing_secret,
+                            f"{name}\x00{item.password}".encode(),
+                            hashlib.sha256,
+                        )
+                        material[credential_id] = "password:" + keyed.hexdigest()
                     credential = Credential(
                         id=credential_id,
                         recipient=name,
@@ -539,6 +635,17 @@ class RecipientDirectory:
                         expires_at=expires,
                     )
                     tokens[digest] = (credential, recipient)
+        # A configured recipient's generation follows its credentials' hashes: replacing a
+        # token or password in the file ends what was derived from the old ones.
+        entries = [*tokens.values(), *(e for listed in basic.values() for e in listed)]
+        for name, recipient in list(recipients.items()):
+            if recipient.name == BEARER_TOKEN_RECIPIENT:
+                continue
+            hashes = [material.get(c.id, c.secret_hash or "") for c, r in entries if r.name == name]
+            recipients[name] = replace(recipient, generation=config_generation(name, hashes))
+        tokens = {k: (c, recipients[r.name]) for k, (c, r) in tokens.items()}
+        basic = {n: [(c, recipients[r.name]) for c, r in listed] for n, listed in basic.items()}
+        self._config_credentials = {c.id: c for c, _ in entries}
         self._config_basic = basic
         self._config_tokens = tokens
         self._config_recipients = recipients

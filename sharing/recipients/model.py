@@ -55,6 +55,10 @@ class Recipient:
     source: RecipientSource = RecipientSource.STORE
     created_at: int = 0
     properties: Properties = ()  # sorted (key, value) pairs: current_recipient('key')
+    # Which recipient of this name it is (sharing.recipients.generations): every credential
+    # derived from a request (file URLs, S3 keys, page tokens, async queries) is bound to it,
+    # so a recipient deleted and re-created under the same name does not inherit them.
+    generation: int = 0
 
     @property
     def all_shares(self) -> bool:
@@ -111,6 +115,7 @@ class Principal:
     credential_id: str | None
     shares: frozenset[str]
     properties: Properties = ()
+    generation: int = 0  # the recipient's (Recipient.generation)
 
     def may_see(self, share: str) -> bool:
         return ALL_SHARES in self.shares or share.lower() in self.shares

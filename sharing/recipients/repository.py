@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from sharing.errors import InvalidParameter, ResourceNotFound, SharingError
 from sharing.recipients.audit import AuditEvent
+from sharing.recipients.generations import new_generation
 from sharing.recipients.hashing import (
     hash_password,
     hash_token,
@@ -186,6 +187,7 @@ class RecipientRepository:
                         created_at=now,
                         updated_at=now,
                         properties=_properties_text(checked),
+                        generation=new_generation(),
                     )
                 )
                 _insert_grants(connection, canonical, granted, now)
@@ -574,6 +576,9 @@ def _to_recipient(row: RowMapping, shares: Iterable[str]) -> Recipient:
         enabled=bool(row["enabled"]),
         source=RecipientSource.STORE,
         created_at=row["created_at"],
+        # NULL only for a row an older replica created during a rolling upgrade (after 0011
+        # drew generations for the rows there were): its creation time stands in.
+        generation=row["generation"] or row["created_at"],
     )
 
 

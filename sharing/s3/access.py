@@ -1,7 +1,8 @@
 """What a request to the S3 endpoint may read, decided afresh for every request.
 
 The signature proves the key's claims (sharing.s3.keys); this module then asks the same
-sources as a bearer-token request: the recipient directory (disabled, expired, revoked
+sources as a bearer-token request: the recipient directory (the same recipient of the same
+generation — not one re-created under its name —, disabled, expired, revoked or deleted
 credential, IP allow-list: cached for at most `store.cacheSeconds`) and the live catalog as
 that recipient sees it (the table still shared with it, and as the key's scope says: read
 whole with its history shared for a key opening the folder, the same slice for a key
@@ -25,8 +26,7 @@ from sharing.catalog import Catalog, SharedTable
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.presign.local_verify import resolve_inside
 from sharing.recipients.directory import RecipientDirectory
-from sharing.recipients.model import ANONYMOUS, Principal
-from sharing.recipients.names import ANONYMOUS_RECIPIENT
+from sharing.recipients.model import Principal
 from sharing.recipients.refusals import Reason, Refusal
 from sharing.s3 import keys, sigv4
 from sharing.s3.errors import S3Error
@@ -94,7 +94,7 @@ class KeyChecker:
         if signed.session_token is None:
             raise S3Error(403, "InvalidToken", "A session token is required.", refused=True)
         try:
-            claims = keys.read_token(signed.session_token)
+            facts = keys.token_facts(self._secret, signed.session_token)
         except keys.MalformedKey:
             raise S3Error(
                 400,
@@ -102,16 +102,18 @@ class KeyChecker:
                 "The provided token is malformed or otherwise invalid.",
                 refused=True,
             ) from None
-        if keys.access_key_id(signed.session_token) != signed.access_key_id:
+        claims = facts.claims
+        if facts.access_key_id != signed.access_key_id:
             raise S3Error(
                 403,
                 "InvalidAccessKeyId",
                 "The access key id does not go with the session token.",
                 refused=True,
             )
-        secret = keys.secret_for(self._secret, signed.session_token)
         try:
-            sigv4.verify(signed, secret, method, raw_path, raw_query, header_lists, self._clock)
+            sigv4.verify(
+                signed, facts.secret, method, raw_path, raw_query, header_lists, self._clock
+            )
         except S3Error as exc:  # the holder the token names is only claimed
             exc.refusal = Refusal.claimed(
                 Reason.INVALID_CREDENTIALS, claims.recipient, claims.credential_id
@@ -131,29 +133,19 @@ class KeyChecker:
         return Grant(claims, shared)
 
     def _principal(self, claims: keys.KeyClaims, client: str | None) -> Principal:
-        directory = self._directory
-        if claims.recipient == ANONYMOUS_RECIPIENT and claims.credential_id is None:
-            if directory.anonymous:
-                return ANONYMOUS
-            raise _verified(S3Error.access_denied(), Reason.INVALID_CREDENTIALS, claims)
-        recipient = directory.recipient(claims.recipient)
-        if recipient is None:
-            raise _verified(S3Error.access_denied(), Reason.INVALID_CREDENTIALS, claims)
-        if claims.credential_id is not None:
-            entry = directory.credential(claims.credential_id)
-            if entry is not None:
-                credential, owner = entry
-                if owner.name != recipient.name or not credential.usable(int(self._clock() * 1000)):
-                    raise _verified(S3Error.access_denied(), Reason.CREDENTIAL_REVOKED, claims)
+        """The key's holder as it stands now (sharing.recipients.directory.derived: the
+        same recipient, generation and usable credential it was vended to, admitted)."""
         try:
-            return directory.admit(recipient, claims.credential_id, client)
+            return self._directory.derived(
+                claims.recipient, claims.credential_id, claims.generation, client
+            )
         except SharingError as exc:
             refusal = getattr(exc, "refusal", None)
             reason = refusal.reason if isinstance(refusal, Refusal) else Reason.FORBIDDEN
             raise _verified(S3Error.access_denied(), reason, claims) from None
 
     def _table(self, claims: keys.KeyClaims, principal: Principal) -> SharedTable:
-        viewer = Viewer(principal.recipient, principal.properties)
+        viewer = Viewer(principal.recipient, principal.properties, principal.generation)
         catalog = self._catalog.visible_to(principal.shares, viewer)
         try:
             shared = catalog.get_table(claims.share, claims.schema, claims.table)

@@ -8,6 +8,10 @@ changes the secret the server expects, so the SigV4 signature made with the vend
 no longer matches: a key for one table or recipient never opens another, and its expiry
 cannot be extended. The token says nothing secret; the secret is never sent back.
 
+A key also names the generation of the recipient it was vended to
+(sharing.recipients.generations): a recipient deleted and re-created under the same name has
+another one, so the keys of the first stop opening anything (sharing.s3.access).
+
 A key's `scope` says what of the table it opens: none, the table's whole folder (a table
 the holder reads whole, with its history); otherwise the digest of the holder's slice
 (sharing.s3.scope), and the key opens only the files that slice's generated metadata names.
@@ -29,11 +33,13 @@ __all__ = [
     "AccessKey",
     "KeyClaims",
     "MalformedKey",
+    "TokenFacts",
     "access_key_id",
     "bucket_for",
     "mint",
     "read_token",
     "secret_for",
+    "token_facts",
 ]
 
 KEY_REGION = "us-east-1"  # any region a client signs for is accepted; this is the default
@@ -59,6 +65,7 @@ class KeyClaims:
     credential_id: str | None
     expires_ms: int
     scope: str | None = None
+    generation: int = 0  # the recipient's when the key was vended
 
     @property
     def bucket(self) -> str:
@@ -106,6 +113,7 @@ def _encode(claims: KeyClaims) -> str:
         "r": claims.recipient,
         "i": claims.credential_id,
         "e": claims.expires_ms,
+        "g": claims.generation,
     }
     if claims.scope is not None:
         document["k"] = claims.scope
@@ -135,16 +143,48 @@ def mint(
     credential_id: str | None,
     validity_seconds: int,
     scope: str | None = None,
+    generation: int = 0,
     now_ms: int | None = None,
 ) -> AccessKey:
     """A key for one table and holder, valid for `validity_seconds` from now, opening the
     table's folder (`scope` None) or the slice `scope` names."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     claims = KeyClaims(
-        share, schema, table, recipient, credential_id, now + validity_seconds * 1000, scope
+        share,
+        schema,
+        table,
+        recipient,
+        credential_id,
+        now + validity_seconds * 1000,
+        scope,
+        generation,
     )
     token = _encode(claims)
     return AccessKey(access_key_id(token), secret_for(signing_secret, token), token, claims)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenFacts:
+    """What a session token determines: its claims (unproven until a signature holds), its
+    access key id and its secret access key."""
+
+    claims: KeyClaims
+    access_key_id: str
+    secret: str
+
+
+@lru_cache(maxsize=4096)
+def token_facts(signing_secret: str | bytes, session_token: str) -> TokenFacts:
+    """`read_token`, `access_key_id` and `secret_for` of a token at once, remembered: all
+    three are functions of the token and the signing secret alone, and a client sends the
+    same token with every request (a scan: three per file). MalformedKey is not remembered.
+    What depends on time or on the server's state (expiry, the recipient, the table) is
+    checked on every request by the caller."""
+    return TokenFacts(
+        read_token(session_token),
+        access_key_id(session_token),
+        secret_for(signing_secret, session_token),
+    )
 
 
 def read_token(session_token: str) -> KeyClaims:
@@ -163,13 +203,16 @@ def read_token(session_token: str) -> KeyClaims:
     credential_id = document.get("i")
     expires = document.get("e")
     scope = document.get("k")
+    generation = document.get("g", 0)  # absent from keys vended before generations
     if (
         not all(isinstance(n, str) and n for n in names)
         or not (credential_id is None or isinstance(credential_id, str))
         or not (scope is None or (isinstance(scope, str) and scope))
         or not isinstance(expires, int)
         or isinstance(expires, bool)
+        or not isinstance(generation, int)
+        or isinstance(generation, bool)
     ):
         raise MalformedKey("unreadable session token")
     share, schema, table, recipient = (str(n) for n in names)
-    return KeyClaims(share, schema, table, recipient, credential_id, expires, scope)
+    return KeyClaims(share, schema, table, recipient, credential_id, expires, scope, generation)

@@ -53,9 +53,11 @@ def vend_local(
     validity_seconds: int,
     endpoint: str,
     key_scope: str | None = None,
+    generation: int,
 ) -> TemporaryCredentials:
-    """A key for `shared` handed to `recipient` (and the credential it presented), opening
-    the table's folder or, with `key_scope`, the slice it names (sharing.s3.scope)."""
+    """A key for `shared` handed to `recipient` (of `generation`, and the credential it
+    presented), opening the table's folder or, with `key_scope`, the slice it names
+    (sharing.s3.scope)."""
     location = _check_requested(table_location(shared), requested)
     key = keys.mint(
         signing_secret,
@@ -66,6 +68,7 @@ def vend_local(
         credential_id=credential_id,
         validity_seconds=validity_seconds,
         scope=key_scope,
+        generation=generation,
     )
     return TemporaryCredentials(
         location=location,

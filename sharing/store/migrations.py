@@ -13,6 +13,7 @@ are recorded: two features may each append their own migration without renumberi
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,17 @@ from sharing.store import schema
 from sharing.store.clock import now_ms
 from sharing.store.engine import WRITE_OPTION
 
-__all__ = ["MIGRATIONS", "Migration", "migrate"]
+__all__ = ["MAX_GENERATION", "MIGRATIONS", "Migration", "migrate", "new_generation"]
+
+MAX_GENERATION = 2**52
+"""Recipient generations stay below this: exact in any client's JSON numbers, and in BIGINT."""
+
+
+def new_generation() -> int:
+    """A store recipient's generation (sharing.recipients.generations): random, positive
+    (0 is the anonymous principal's), drawn when the recipient is created."""
+    return secrets.randbelow(MAX_GENERATION - 1) + 1
+
 
 _PG_LOCK_KEY = 0x4C4B5348  # "LKSH"
 
@@ -135,6 +146,23 @@ def _refresh_status(connection: Connection) -> None:
     schema.refresh_status.create(connection)
 
 
+def _recipient_generations(connection: Connection) -> None:
+    """Recipients gain a generation (sharing.recipients.generations), drawn for the rows
+    that exist; async queries' owners (name and generation) need a wider column (SQLite
+    does not enforce the width)."""
+    recipients = schema.recipients
+    add_missing_column(connection, recipients, "generation")
+    names = list(
+        connection.scalars(select(recipients.c.name).where(recipients.c.generation.is_(None)))
+    )
+    for name in names:
+        connection.execute(
+            update(recipients).where(recipients.c.name == name).values(generation=new_generation())
+        )
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("ALTER TABLE async_queries ALTER COLUMN owner TYPE VARCHAR(100)"))
+
+
 MIGRATIONS: list[Migration] = [
     Migration("0001_recipients", _recipients_v1),
     Migration("0002_oauth_jtis", _oauth_jtis),  # sharing/recipients/oauth/store_ledger.py
@@ -146,6 +174,7 @@ MIGRATIONS: list[Migration] = [
     Migration("0008_catalog_shares", _catalog_shares),  # shares made at run time (sharing/shares)
     Migration("0009_async_query_owners", _async_query_owners),  # who may poll a query
     Migration("0010_refresh_status", _refresh_status),  # sharing/refresh_status.py
+    Migration("0011_recipient_generations", _recipient_generations),  # derived credentials
 ]
 
 

@@ -70,6 +70,9 @@ recipients = Table(
     # Added by a later migration (0007): the recipient's properties as a JSON object of
     # strings (NULL: none), read by partition filters' current_recipient('key').
     Column("properties", Text, nullable=True),
+    # Added by 0011: which recipient of this name the row is, a random positive number drawn
+    # when it is created (sharing.recipients.generations); derived credentials carry it.
+    Column("generation", BigInteger, nullable=True),
 )
 
 recipient_grants = Table(
@@ -177,10 +180,11 @@ async_queries = Table(
     metadata,
     Column("query_id", String(100), primary_key=True),
     Column("table_id", String(255), nullable=False),
-    # The recipient that submitted it, the only one who may poll it (0009). The server
+    # The recipient that submitted it, the only one who may poll it (0009): its name and
+    # generation (sharing.query.async_service._owner; widened to 100 by 0011). The server
     # default serves only a replica of an earlier version during a rolling upgrade: the
     # queries it records belong to no recipient.
-    Column("owner", String(64), nullable=False, server_default=""),
+    Column("owner", String(100), nullable=False, server_default=""),
     Column("idempotency_key", String(255), nullable=False),
     Column("fingerprint", String(255), nullable=False),
     Column("request", Text, nullable=False),

@@ -238,6 +238,24 @@ def test_bytes_past_a_response_are_never_read_as_the_next_answer() -> None:
             assert files.read(f"{server.url}/f{i}") == body_of(f"/f{i}")
 
 
+def _whole_file(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(200, body_of(path)), False
+
+
+def _ranged(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(206, body_of(path)[10:15], "Content-Range: bytes 10-14/*"), False
+
+
+@pytest.mark.parametrize("script", [_whole_file, _ranged], ids=["range-ignored", "206"])
+def test_a_range_read_is_the_range_whether_or_not_the_server_honours_it(script: Script) -> None:
+    """A server may ignore Range and answer 200 with the whole file (RFC 9110): the range
+    is cut from it, not the whole file returned as the range (a Parquet footer read as
+    anything but the footer)."""
+    pool = CountingPool()
+    with stand_in(script) as server:
+        assert _files(pool).read_range(f"{server.url}/f", 10, 5) == body_of("/f")[10:15]
+
+
 def test_final_errors_come_back_from_the_lean_path() -> None:
     pool = CountingPool()
     script: Script = lambda c, n, path: (response(404, b"no such key"), False)  # noqa: E731

@@ -553,3 +553,41 @@ def test_corpus_responses_streamed_while_another_worker_builds_are_the_finished_
             assert _addressless(body) == _addressless(want[2]), name
             if status == 200:
                 assert early_plans == [int(want[1] or -1)], name
+
+
+def test_a_cold_query_after_a_commit_does_not_take_an_older_loads_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, on a log without a checkpoint, whose load announces no head (nothing to
+    stream ahead): the second query, arriving after commit 4 while the load of 3 is held,
+    is answered 4, not the load's 3."""
+    root = tmp_path / "t"
+    for i in range(4):
+        write_deltalake(str(root), _rows(3 * i), mode="append")
+    version = DeltaTable(str(root)).version()
+    expected = _expected(root)
+    load_held, release = _held(
+        monkeypatch, deltalog.snapshot, "read_commits", _on_thread("snapshot-load")
+    )
+    joined = threading.Event()
+    real_wait_head = SnapshotLoading.wait_head
+
+    def wait_head(loading: SnapshotLoading) -> Any:
+        joined.set()
+        return real_wait_head(loading)
+
+    try:
+        with run_server(_config(root, None), tmp_path / "a") as server:
+            first = _Streamed(server.url(QUERY))
+            assert load_held.wait(WAIT)
+            assert _commit(root) == version + 1
+            newer_expected = _expected(root)
+            monkeypatch.setattr(SnapshotLoading, "wait_head", wait_head)
+            second = _Streamed(server.url(QUERY))
+            assert joined.wait(WAIT)
+            release.set()
+            answer, newer = first.answer, second.answer
+    finally:
+        release.set()
+    _check(answer, expected, version)
+    _check(newer, newer_expected, version + 1)

@@ -21,6 +21,7 @@ from sharing.presign import UrlHolder
 from sharing.query import small
 from sharing.query.capabilities import Capabilities
 from sharing.query.request import QueryInputs, QueryRequest
+from sharing.recipients.generations import holder_stamp
 from sharing.recipients.hashing import hash_token
 from tests.support.corpus import corpus_table
 from tests.support.server import TEST_BEARER_TOKEN, make_config
@@ -223,7 +224,9 @@ def test_a_cached_query_on_a_fresh_snapshot_is_ready_without_a_thread(tmp_path: 
                 response = client.post(f"{T}/partitioned/query", headers=AUTH, json=body)
                 url = json.loads(response.text.splitlines()[2])["file"]["url"]
                 named = parse_qs(urlsplit(url).query)
-                holder = UrlHolder(named["rcp"][0], named.get("cid", [None])[0])
+                recipient = app.state.recipients.directory.current(named["rcp"][0])
+                stamp = holder_stamp(recipient.generation, recipient.properties)
+                holder = UrlHolder(named["rcp"][0], named.get("cid", [None])[0], stamp)
                 answer = planner.query_ready(inputs, "http://testserver/", holder)
                 if not ready or body:
                     assert answer is None

@@ -42,6 +42,12 @@ class _DirectoryVerifier:
             return None
         return VerifiedToken(recipient=identified[0], credential_id=identified[1])
 
+    def vouches(self, credential_id: str) -> bool:
+        """A federated issuer's credential holds while the issuer is configured (the
+        verifier's own access tokens name store credentials, which the directory checks)."""
+        issuers = self._verifier.federation.issuers.values()
+        return any(issuer.credential_id == credential_id for issuer in issuers)
+
 
 def open_oauth(config: ServerConfig, directory: RecipientDirectory) -> OAuthServer | None:
     """None when `oauth.enabled` is false; otherwise the OAuth pieces, with the verifier

@@ -10,12 +10,14 @@ The misbehaving helpers are small Python programs that speak the helper's pipe p
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import functools
 import logging
 import os
 import signal
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -45,6 +47,7 @@ from sharing.presign.local import (
     table_key,
     url_signature,
 )
+from sharing.presign.prepared_hmac import PREFIXED, PreparedHmac
 from sharing.presign.s3 import S3Signer
 from sharing.presign.signing_helper import MIN_BATCH, SigningFailed, SigningHelper
 from sharing.query.plan import FileSection, QueryPlan
@@ -309,6 +312,87 @@ def test_helper_failing_mid_response_fails_it_cleanly(
         assert next(body_chunks).count(b"\n") == MIN_BATCH
         with pytest.raises(SigningFailed):
             next(body_chunks)
+
+
+# A helper signing with the real code, its first reply slow: the head after a pause, the
+# digests after another.
+_SLOW_FIRST = """
+import io, sys, time
+sys.path.insert(0, {root!r})
+from sharing.presign import prepared_hmac as p
+pause = 1.0
+reader, writer = sys.stdin.buffer, sys.stdout.buffer
+while True:
+    header = reader.read(p.REQUEST.size)
+    if len(header) < p.REQUEST.size:
+        break
+    kind, key, head, count, data = p.REQUEST.unpack(header)
+    body = reader.read(key + head + 4 * (count + 1) + data)
+    reply = io.BytesIO()
+    p.serve(io.BytesIO(header + body), reply)
+    answer = reply.getvalue()
+    time.sleep(pause)
+    writer.write(answer[: p.REPLY.size])
+    writer.flush()
+    time.sleep(pause)
+    writer.write(answer[p.REPLY.size :])
+    writer.flush()
+    pause = 0.0
+"""
+
+
+class _Interrupted(Exception):
+    """Raised in the signing thread from outside (as a MemoryError would be from inside)."""
+
+
+def test_helper_interrupted_mid_reply_never_hands_its_rest_to_the_next_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The signing thread interrupted between a reply's head and its digests: the helper is
+    dropped, and the next batch gets its own signatures. Before, the digests left in the
+    pipe were read as the next batch's reply (a stuck read, or another batch's
+    signatures)."""
+    root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(signing_helper.__file__)))
+    )
+    slow = SigningHelper([sys.executable, "-c", _SLOW_FIRST.format(root=root)])
+    mac_key = b"k" * 32
+    mac = PreparedHmac(mac_key)
+    first = pa.array([f"first-{i}".encode() for i in range(MIN_BATCH)], pa.binary())
+    second = pa.array([f"second-{i}".encode() for i in range(MIN_BATCH)], pa.binary())
+    outcome: list[BaseException] = []
+    result: list[bytes] = []
+
+    def sign_first() -> None:
+        try:
+            signing_helper.digests(PREFIXED, mac, mac_key, b"p", first)
+        except BaseException as exc:  # what the thread ended with
+            outcome.append(exc)
+
+    def sign_second() -> None:
+        result.append(signing_helper.digests(PREFIXED, mac, mac_key, b"p", second))
+
+    for _ in _install(monkeypatch, slow):
+        thread = threading.Thread(target=sign_first)
+        thread.start()
+        time.sleep(0.3)  # ... the thread waits for the reply's head
+        assert thread.ident is not None
+        raised = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(_Interrupted)
+        )
+        assert raised == 1
+        thread.join(timeout=30)
+        assert [type(e) for e in outcome] == [_Interrupted]
+
+        thread = threading.Thread(target=sign_second, daemon=True)
+        thread.start()
+        thread.join(timeout=20)
+        stuck = not result
+        if stuck and slow._process is not None:
+            slow._process.kill()  # ends the stuck read, so that the helper can be closed
+        assert not stuck, "the next batch's signing is stuck on the previous reply's rest"
+        slow.enabled = False  # the server's own threads: the same kernel
+        assert result[0] == signing_helper.digests(PREFIXED, mac, mac_key, b"p", second)
 
 
 @pytest.mark.slow
