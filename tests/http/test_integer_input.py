@@ -117,7 +117,12 @@ def _signed_path(client: TestClient) -> str:
     [
         ("²", "The URL is not signed."),
         ("١", "The URL is not signed."),
-        (HUGE, "The URL signature is invalid."),
+        (
+            HUGE,
+            "The URL signature is invalid, or the recipient it was issued to is no longer the "
+            "one holding its name (deleted, re-created, or its properties changed): query the "
+            "table again for new URLs.",
+        ),
     ],
 )
 def test_file_route_expiry(client: TestClient, exp: str, message: str) -> None:
