@@ -112,19 +112,17 @@ def _signed_path(client: TestClient) -> str:
     return str(add["url"]).removeprefix("http://testserver")
 
 
-INVALID_SIGNATURE = (
-    "The URL signature is invalid, or the recipient it was issued to is no longer the one "
-    "holding its name (deleted, re-created, or its properties changed): query the table again "
-    "for new URLs."
-)
-
-
 @pytest.mark.parametrize(
     ("exp", "message"),
     [
         ("²", "The URL is not signed."),
         ("١", "The URL is not signed."),
-        (HUGE, INVALID_SIGNATURE),
+        (
+            HUGE,
+            "The URL signature is invalid, or the recipient it was issued to is no longer the "
+            "one holding its name (deleted, re-created, or its properties changed): query the "
+            "table again for new URLs.",
+        ),
     ],
 )
 def test_file_route_expiry(client: TestClient, exp: str, message: str) -> None:
