@@ -70,6 +70,9 @@ else:
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
+    # A query slower than 2 s (a loaded machine) would draw DuckDB's progress bar on
+    # stdout, into the rows printed below.
+    con.execute("SET enable_progress_bar = false")
     for name in ("avro", "httpfs", "iceberg"):
         folder = f"{args['site']}/duckdb_extension_{name}/extensions/v1.5.5"
         con.execute(f"LOAD '{folder}/{name}.duckdb_extension'")

@@ -23,6 +23,7 @@ def duckdb_with_iceberg(more: tuple[str, ...] = ()) -> Any:
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
+    con.execute("SET enable_progress_bar = false")  # no bar drawn on a slow (loaded) run
     for name in ("avro", "httpfs", *more, "iceberg"):
         path = site / f"duckdb_extension_{name}/extensions/v{VERSION}/{name}.duckdb_extension"
         require(path.exists(), f"duckdb-extension-{name}=={VERSION} (the dev extra)")
