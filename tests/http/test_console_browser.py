@@ -17,6 +17,7 @@ from pathlib import Path
 
 import delta_sharing
 import pytest
+import requests
 from requests.exceptions import HTTPError
 
 from sharing.recipients.hashing import hash_token
@@ -192,4 +193,9 @@ def _refused(table_url: str) -> bool:
         delta_sharing.load_as_pandas(table_url)
     except HTTPError as exc:
         return exc.response is not None and exc.response.status_code == 403
+    except FileNotFoundError as exc:
+        # The query was still answered (within store.cacheSeconds) but its file URL,
+        # checked on use against the recipient's state, was refused: fsspec reports any
+        # failed open as not found, so ask the URL itself.
+        return requests.get(str(exc.args[0]), timeout=10).status_code == 403
     return False
