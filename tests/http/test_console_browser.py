@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -138,10 +139,14 @@ def test_console_drives_a_share_and_a_recipient_end_to_end(tmp_path: Path) -> No
             page.get_by_role("link", name="Audit", exact=True).click()
             page.get_by_label("Recipient", exact=True).fill("acme")
             page.get_by_role("button", name="Filter").click()
+            # The filter is a GET form: its navigation must land before the page is reloaded
+            # (a reload during it fails with "Not attached to an active page").
+            expect(page).to_have_url(re.compile(r"/audit\?.*recipient=acme"))
+            page.wait_for_load_state()
             audit = page.locator("#audit")
 
             def both_recorded() -> bool:
-                page.reload()
+                page.goto(page.url)
                 text = audit.inner_text()
                 return "recipient_disabled" in text and "orders" in text
 
@@ -149,6 +154,8 @@ def test_console_drives_a_share_and_a_recipient_end_to_end(tmp_path: Path) -> No
             page.screenshot(path=shots / "audit.png")
             page.get_by_label("Refused authentications only").check()
             page.get_by_role("button", name="Filter").click()
+            expect(page).to_have_url(re.compile(r"/audit\?.*failed=1"))
+            page.wait_for_load_state()
             refused_rows = audit.get_by_role("row").filter(has_text="recipient_disabled")
             assert refused_rows.count() >= 1
             assert audit.get_by_role("row").filter(has_text="200").count() == 0
