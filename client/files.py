@@ -21,7 +21,7 @@ from pyroaring import BitMap64
 
 from client import fetch
 from client.actions import DELETE, INSERT, FileAction, TableMetadata, TableProtocol
-from client.errors import FileAccessError
+from client.errors import FileAccessError, FileUnreachableError, redacted_text, redacted_url
 from deltalog import StorageError
 from deltalog.deletion_vectors import (
     DeletionVectorDescriptor,
@@ -90,16 +90,21 @@ class UrlFiles:
         self, key: str, headers: Mapping[str, str] | None = None
     ) -> tuple[int, bytes | bytearray]:
         url = self._urls.get(key, key)
+        what = "a deletion vector" if key in self._urls else "a data file"
         body: bytes | bytearray
         try:
-            status, body = fetch.get(url, headers, self._timeouts, _RETRIES)
-        except fetch.Fallback as left:
-            response = self._pool.request(
-                "GET", url, headers=headers, timeout=self._timeout, retries=left.retries
-            )
-            status, body = response.status, response.data
+            try:
+                status, body = fetch.get(url, headers, self._timeouts, _RETRIES)
+            except fetch.Fallback as left:
+                response = self._pool.request(
+                    "GET", url, headers=headers, timeout=self._timeout, retries=left.retries
+                )
+                status, body = response.status, response.data
+        except urllib3.exceptions.HTTPError as exc:
+            # urllib3's messages hold the URL it was given, signature and all: the error
+            # raised instead names its host and path only, and drops the chain.
+            raise FileUnreachableError(what, url, _reason(exc)) from None
         if status >= 400:
-            what = "a deletion vector" if key in self._urls else "a data file"
             raise FileAccessError(status, what)
         return status, body
 
@@ -125,7 +130,7 @@ class UrlFiles:
     def info(self, key: str) -> FileInfo:
         size = self._sizes.get(key)
         if size is None:
-            raise FileNotFoundError(key)
+            raise FileNotFoundError(redacted_url(key))
         return FileInfo(key=key, size=size, modification_time=0)
 
     def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
@@ -145,6 +150,18 @@ _RETRIES = urllib3.Retry(
     allowed_methods=frozenset({"GET"}),
     raise_on_status=False,
 )
+
+
+def _reason(exc: urllib3.exceptions.HTTPError) -> str:
+    """Why a fetch failed, in urllib3's words without any URL query: the underlying
+    failure of a MaxRetryError (its own text is mostly the URL)."""
+    cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+    text = str(cause) if cause is not None else type(exc).__name__
+    if isinstance(exc, urllib3.exceptions.MaxRetryError):
+        text = f"retries exhausted: {text}"
+    return redacted_text(text)
+
+
 _POOL: urllib3.PoolManager | None = None
 _POOL_LOCK = threading.Lock()
 

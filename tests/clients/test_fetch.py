@@ -14,6 +14,7 @@ import gzip
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ import urllib3
 import client.files
 from app.tls import write_self_signed_certificate
 from client import Profile, SharingClient, TableRef, fetch
-from client.errors import FileAccessError
+from client.errors import DeltaSharingError, FileAccessError, FileUnreachableError
 from client.files import TableLayout, UrlFiles, snapshot_units
 from client.reading import UnitSource
 from tests.support.corpus import CORPUS
@@ -286,6 +287,33 @@ def test_urls_urllib3_would_rewrite_are_left_to_it() -> None:
     )
 
 
+def _everything_shown(exc: BaseException) -> str:
+    """What a traceback of `exc` shows: its text and that of every cause and context."""
+    return "".join(traceback.format_exception(exc))
+
+
+def test_a_network_failure_names_the_url_without_its_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing listening: urllib3 gives up (MaxRetryError, whose text holds the URL it
+    was given, query and all). The error says where and why, never the signature."""
+    monkeypatch.setattr(client.files, "_RETRIES", urllib3.Retry(total=1, backoff_factor=0))
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    url = f"http://127.0.0.1:{port}/files/t/part-0.parquet?exp=1&X-Amz-Signature=5ec7e7&sig=5ec7e7"
+    with pytest.raises(FileUnreachableError) as raised:
+        _files(CountingPool()).read(url)
+    shown = _everything_shown(raised.value)
+    assert "5ec7e7" not in shown and "exp=1" not in shown
+    assert f"127.0.0.1:{port}/files/t/part-0.parquet?<signature redacted>" in str(raised.value)
+    assert "refused" in str(raised.value).lower()
+    assert (raised.value.host, raised.value.path) == (
+        f"127.0.0.1:{port}",
+        "/files/t/part-0.parquet",
+    )
+
+
 # --- against Lakeshare ----------------------------------------------------------------------
 
 
@@ -375,7 +403,29 @@ def test_https_verifies_the_certificate(tmp_path: Path, monkeypatch: pytest.Monk
         other, _ = write_self_signed_certificate(tmp_path / "other", "127.0.0.1")
         monkeypatch.setenv("SSL_CERT_FILE", str(other))
         fetch.close_idle()
-        with pytest.raises(urllib3.exceptions.MaxRetryError) as raised:
+        with pytest.raises(FileUnreachableError) as raised:
             UrlFiles(pool).read(urls[0])
-        assert isinstance(raised.value.reason, urllib3.exceptions.SSLError)
-        assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value.reason)
+        assert "CERTIFICATE_VERIFY_FAILED" in raised.value.reason
+        assert "sig=" not in _everything_shown(raised.value)
+
+
+@pytest.mark.slow
+def test_a_server_gone_away_fails_the_read_without_a_signature_in_sight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """URLs listed by a running Lakeshare, read after it stopped: the read fails with the
+    file's host and path and the reason, and no signature anywhere in the exception chain
+    (a Spark task prints all of it)."""
+    monkeypatch.setattr(client.files, "_POOL", CountingPool())
+    with run_server(_config(), tmp_path) as server:
+        sharing = SharingClient(Profile.read(server.profile_path))
+        listing = sharing.query(TableRef("s", "b", "t"))
+    signed = urllib3.util.parse_url(listing.files[0].url)
+    assert signed.query and "sig=" in signed.query
+    with pytest.raises(DeltaSharingError) as raised:
+        _read_all(sharing, listing, concurrency=1)
+    shown = _everything_shown(raised.value)
+    for part in signed.query.split("&"):
+        assert part.split("=", 1)[1] not in shown if part.startswith("sig=") else True
+    assert "sig=" not in shown and "exp=" not in shown and "rcp=" not in shown
+    assert f"{signed.host}:{signed.port}{signed.path}?<signature redacted>" in str(raised.value)
