@@ -99,3 +99,21 @@ def redacted_url(url: str) -> str:
 def redacted_text(text: str) -> str:
     """`text` (an HTTP library's message) with every query string in it replaced."""
     return _QUERY.sub(REDACTED_QUERY, text)
+
+
+class OversizedFileError(DeltaSharingError):
+    """A file's server sent more than the file can hold: more than the size its listing
+    gave (or than the range asked for). The read stops there rather than buffering
+    whatever the server goes on sending."""
+
+    def __init__(self, what: str, url: str, limit: int) -> None:
+        self.what = what
+        self.url = redacted_url(url)
+        self.limit = limit
+        super().__init__(
+            f"fetching {what} from {self.url} failed: the server sent more than the "
+            f"{limit} bytes expected"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int]]:
+        return (type(self), (self.what, self.url, self.limit))

@@ -30,7 +30,12 @@ import urllib3
 import client.files
 from app.tls import write_self_signed_certificate
 from client import Profile, SharingClient, TableRef, fetch
-from client.errors import DeltaSharingError, FileAccessError, FileUnreachableError
+from client.errors import (
+    DeltaSharingError,
+    FileAccessError,
+    FileUnreachableError,
+    OversizedFileError,
+)
 from client.files import TableLayout, UrlFiles, snapshot_units
 from client.reading import UnitSource
 from tests.support.corpus import CORPUS
@@ -92,7 +97,10 @@ def stand_in(script: Script) -> Iterator[StandIn]:
                 answer, close = script(number, request_number, path)
                 if answer is None:
                     return
-                conn.sendall(answer)
+                try:
+                    conn.sendall(answer)
+                except OSError:  # the client stopped reading (and closed) mid-answer
+                    return
                 if close:
                     return
 
@@ -285,6 +293,66 @@ def test_urls_urllib3_would_rewrite_are_left_to_it() -> None:
         "[::1]:8080",
         "/?a=1",
     )
+
+
+LISTED = 1000
+"""The size a listing gave the file the misbehaving answers below are for."""
+_OVER = b"x" * (4 << 20)  # far more than listed
+
+
+def _over_with_length(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(200, _OVER), False
+
+
+def _over_chunked(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    chunk = b"%x\r\n" % (64 << 10) + b"x" * (64 << 10) + b"\r\n"
+    body = chunk * 64 + b"0\r\n\r\n"
+    return response(200, body, "Transfer-Encoding: chunked", length=False), False
+
+
+def _over_until_closed(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(200, _OVER, "Connection: close", length=False), True
+
+
+def _over_gzip(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(200, gzip.compress(_OVER), "Content-Encoding: gzip"), False
+
+
+def _over_range(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(206, b"y" * 500, "Content-Range: bytes 10-509/1000"), False
+
+
+@pytest.mark.parametrize(
+    "script",
+    [_over_with_length, _over_chunked, _over_until_closed, _over_gzip],
+    ids=["content-length", "chunked", "close-delimited", "gzip-through-urllib3"],
+)
+def test_a_body_past_the_listed_size_fails_the_read(script: Script) -> None:
+    """A file listed at 1,000 bytes answered with 4 MiB (declared, chunked, until the
+    connection closes, or gzip-encoded and left to urllib3): the read stops with an error
+    naming the listed size, it does not buffer what the server sends. (Against the
+    test's stand-in: no real server sends more than a file holds on demand.)"""
+    with stand_in(script) as server:
+        url = f"{server.url}/part-0.parquet?sig=5ec7e7"
+        files = _files(CountingPool())
+        files.register_data(url, LISTED)
+        with pytest.raises(OversizedFileError) as raised:
+            files.open_input_file(url)
+    # asked once (a gzip answer: on the lean path, then through urllib3), never retried
+    assert len(server.targets) == (2 if script is _over_gzip else 1)
+    assert raised.value.limit == LISTED
+    assert "more than the 1000 bytes" in str(raised.value)
+    assert "5ec7e7" not in _everything_shown(raised.value)
+
+
+def test_a_partial_answer_past_the_range_asked_fails_the_read() -> None:
+    with stand_in(_over_range) as server:
+        url = f"{server.url}/part-0.parquet"
+        files = _files(CountingPool())
+        files.register_data(url, LISTED)
+        with pytest.raises(OversizedFileError) as raised:
+            files.read_range(url, 10, 100)
+    assert raised.value.limit == 100
 
 
 def _everything_shown(exc: BaseException) -> str:
