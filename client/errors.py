@@ -6,6 +6,8 @@ The server's `errorCode` and `message` are kept verbatim so that a Spark job fai
 
 from __future__ import annotations
 
+import re
+
 
 class DeltaSharingError(Exception):
     """Base class of every error this client raises."""
@@ -58,3 +60,60 @@ class FileAccessError(DeltaSharingError):
     def maybe_expired(self) -> bool:
         """Pre-signed URLs past their expiry answer 400 (GCS), 401 or 403 (S3, Azure, ours)."""
         return self.status in (400, 401, 403)
+
+
+class FileUnreachableError(DeltaSharingError):
+    """A data or deletion-vector file could not be fetched at all (no connection, no
+    complete answer, retries spent). The URL is shown without its query: a pre-signed
+    URL's query is its signature, as good as the file to whoever reads the message."""
+
+    def __init__(self, what: str, url: str, reason: str) -> None:
+        self.what = what
+        self.scheme, self.host, self.path = url_parts(url)
+        self.reason = reason
+        super().__init__(f"fetching {what} from {redacted_url(url)} failed: {reason}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        return (type(self), (self.what, f"{self.scheme}://{self.host}{self.path}", self.reason))
+
+
+REDACTED_QUERY = "?<signature redacted>"
+_QUERY = re.compile(r"\?[^\s'\"()<>]*")
+
+
+def url_parts(url: str) -> tuple[str, str, str]:
+    """A URL's scheme, host (with port) and path: all of it but the query and fragment."""
+    scheme, _, rest = url.partition("://")
+    rest = rest.split("#", 1)[0].split("?", 1)[0]
+    host, slash, path = rest.partition("/")
+    host = host.rpartition("@")[2]  # never user info either
+    return scheme, host, slash + path
+
+
+def redacted_url(url: str) -> str:
+    """`url` as errors may show it: scheme, host and path, the query replaced."""
+    scheme, host, path = url_parts(url)
+    return f"{scheme}://{host}{path}{REDACTED_QUERY if '?' in url else ''}"
+
+
+def redacted_text(text: str) -> str:
+    """`text` (an HTTP library's message) with every query string in it replaced."""
+    return _QUERY.sub(REDACTED_QUERY, text)
+
+
+class OversizedFileError(DeltaSharingError):
+    """A file's server sent more than the file can hold: more than the size its listing
+    gave (or than the range asked for). The read stops there rather than buffering
+    whatever the server goes on sending."""
+
+    def __init__(self, what: str, url: str, limit: int) -> None:
+        self.what = what
+        self.url = redacted_url(url)
+        self.limit = limit
+        super().__init__(
+            f"fetching {what} from {self.url} failed: the server sent more than the "
+            f"{limit} bytes expected"
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int]]:
+        return (type(self), (self.what, self.url, self.limit))

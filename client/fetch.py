@@ -17,7 +17,9 @@ and the caller repeats the request through urllib3 with the retries left: redire
 would re-encode, and network failures. A failure on a connection that was idle in the
 pool is retried once on a new connection before that (the server may close idle
 connections at any time), as urllib3 discards connections it finds closed. Neither
-path goes through a proxy (the urllib3 pool never did).
+path goes through a proxy (the urllib3 pool never did). A body longer than the caller's
+`Limit` (the file's listed size, the range asked for) raises `Oversized` as soon as its
+header or its chunks say so, before the rest is read.
 """
 
 from __future__ import annotations
@@ -52,6 +54,27 @@ _PLAIN_TARGET = re.compile(
     r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*(?:%[0-9A-F]{2}[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*)*\Z"
 )
 _HOST = re.compile(r"\[([0-9A-Fa-f:.]+)\](?::(\d{1,5}))?\Z|([A-Za-z0-9\-._~]+)(?::(\d{1,5}))?\Z")
+
+
+class Oversized(Exception):
+    """The answer's body is longer than the caller's limit (declared, or found while
+    reading): nothing more of it is read, and the connection is closed."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"body longer than {limit} bytes")
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The most bytes an answer's body may hold: `whole` for a 200 (the file's size),
+    `partial` for a 206 (the range asked for); None: no limit."""
+
+    whole: int | None
+    partial: int | None = None
+
+    def of(self, status: int) -> int | None:
+        return self.partial if status == 206 and self.partial is not None else self.whole
 
 
 class Fallback(Exception):
@@ -232,11 +255,16 @@ class _Head:
 
 
 def get(
-    url: str, headers: Mapping[str, str] | None, timeouts: Timeouts, retries: Retry
+    url: str,
+    headers: Mapping[str, str] | None,
+    timeouts: Timeouts,
+    retries: Retry,
+    limit: Limit = Limit(None),
 ) -> tuple[int, bytearray]:
     """The status and body of a GET of `url`, on a kept-alive connection. A final answer
     (2xx, or an error urllib3 would not retry) comes back here; everything else raises
-    `Fallback` with `retries` minus this attempt."""
+    `Fallback` with `retries` minus this attempt. A body longer than `limit` allows
+    raises `Oversized` as soon as that is known."""
     where = target(url)
     if where is None:
         raise Fallback(retries)
@@ -244,7 +272,7 @@ def get(
     connection = _checkout((where.scheme, where.host, where.port))
     if connection is not None:
         try:
-            return _exchange(connection, request, url, retries, reused=True)
+            return _exchange(connection, request, url, retries, limit, reused=True)
         except _Stale:
             pass
     try:
@@ -253,7 +281,7 @@ def get(
         raise Fallback(_after(retries, url, _ssl_error(exc))) from exc
     except OSError as exc:
         raise Fallback(_after(retries, url, _connect_error(exc))) from exc
-    return _exchange(connection, request, url, retries, reused=False)
+    return _exchange(connection, request, url, retries, limit, reused=False)
 
 
 def _request(where: Target, headers: Mapping[str, str] | None) -> bytes:
@@ -269,7 +297,13 @@ def _request(where: Target, headers: Mapping[str, str] | None) -> bytes:
 
 
 def _exchange(
-    connection: _Connection, request: bytes, url: str, retries: Retry, *, reused: bool
+    connection: _Connection,
+    request: bytes,
+    url: str,
+    retries: Retry,
+    limit: Limit,
+    *,
+    reused: bool,
 ) -> tuple[int, bytearray]:
     """One request and its response on `connection`, which goes back to the pool when
     the response leaves it reusable and is closed otherwise."""
@@ -295,7 +329,7 @@ def _exchange(
         if status >= 400:
             return status, bytearray()  # the caller raises; the connection is dropped
         try:
-            body, delimited = _read_body(connection.reader, head)
+            body, delimited = _read_body(connection.reader, head, limit.of(status))
         except ssl.SSLError as exc:
             raise Fallback(_after(retries, url, _ssl_error(exc))) from exc
         except (OSError, ValueError, _EndOfStream) as exc:
@@ -348,19 +382,23 @@ def _read_head(reader: io.BufferedReader) -> _Head:
     return _Head(status, headers, keep_alive)
 
 
-def _read_body(reader: io.BufferedReader, head: _Head) -> tuple[bytearray, bool]:
+def _read_body(reader: io.BufferedReader, head: _Head, limit: int | None) -> tuple[bytearray, bool]:
     """The body, and whether its end was known (so the connection can serve another)."""
     if head.status in (204, 304):
         return bytearray(), True
     if b"chunked" in head.headers.get(b"transfer-encoding", b"").lower():
-        return _read_chunks(reader), True
+        return _read_chunks(reader, limit), True
     length = head.headers.get(b"content-length")
-    if length is None:
-        body = bytearray(reader.read())  # delimited by the connection closing
+    if length is None:  # delimited by the connection closing
+        body = bytearray(reader.read() if limit is None else reader.read(limit + 1))
+        if limit is not None and len(body) > limit:
+            raise Oversized(limit)
         return body, False
     size = int(length)
     if size < 0:
         raise ValueError("negative Content-Length")
+    if limit is not None and size > limit:
+        raise Oversized(limit)
     body = bytearray(size)
     _fill(reader, memoryview(body))
     return body, True
@@ -375,12 +413,14 @@ def _fill(reader: io.BufferedReader, view: memoryview) -> None:
         got += n
 
 
-def _read_chunks(reader: io.BufferedReader) -> bytearray:
+def _read_chunks(reader: io.BufferedReader, limit: int | None) -> bytearray:
     body = bytearray()
     while True:
         size = int(_line(reader).split(b";", 1)[0].strip(), 16)
         if size == 0:
             break
+        if limit is not None and len(body) + size > limit:
+            raise Oversized(limit)
         start = len(body)
         body.extend(bytes(size))
         _fill(reader, memoryview(body)[start:])

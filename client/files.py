@@ -21,7 +21,13 @@ from pyroaring import BitMap64
 
 from client import fetch
 from client.actions import DELETE, INSERT, FileAction, TableMetadata, TableProtocol
-from client.errors import FileAccessError
+from client.errors import (
+    FileAccessError,
+    FileUnreachableError,
+    OversizedFileError,
+    redacted_text,
+    redacted_url,
+)
 from deltalog import StorageError
 from deltalog.deletion_vectors import (
     DeletionVectorDescriptor,
@@ -55,6 +61,9 @@ CHANGE_FIELDS = (
 )
 WHOLE_FILE_LIMIT = 64 << 20
 """Files up to this size are fetched with one GET; larger ones by ranged reads."""
+UNLISTED_SIZE_LIMIT = 1 << 30
+"""The most a file listed without a size (a deletion vector's file) may send for one GET:
+a server ignoring `Range` sends it whole."""
 _VOID = PrimitiveType("void")
 _CHANGE_TYPE_FIELD = StructField(CHANGE_TYPE, PrimitiveType("string"))
 
@@ -87,21 +96,70 @@ class UrlFiles:
         self._urls[resolve_key(self, "", url)] = url  # type: ignore[arg-type]
 
     def _get(
-        self, key: str, headers: Mapping[str, str] | None = None
+        self, key: str, headers: Mapping[str, str] | None = None, partial: int | None = None
     ) -> tuple[int, bytes | bytearray]:
+        """The status and body of a GET of `key`'s URL; the body no longer than the file's
+        listed size (`UNLISTED_SIZE_LIMIT` for a file listed without one) or, for a 206,
+        than `partial`, the length of the range asked for."""
         url = self._urls.get(key, key)
+        what = "a deletion vector" if key in self._urls else "a data file"
+        limit = fetch.Limit(self._sizes.get(key, UNLISTED_SIZE_LIMIT), partial)
         body: bytes | bytearray
         try:
-            status, body = fetch.get(url, headers, self._timeouts, _RETRIES)
-        except fetch.Fallback as left:
-            response = self._pool.request(
-                "GET", url, headers=headers, timeout=self._timeout, retries=left.retries
-            )
-            status, body = response.status, response.data
+            try:
+                status, body = fetch.get(url, headers, self._timeouts, _RETRIES, limit)
+            except fetch.Fallback as left:
+                status, body = self._through_urllib3(url, headers, left.retries, limit)
+        except urllib3.exceptions.HTTPError as exc:
+            # urllib3's messages hold the URL it was given, signature and all: the error
+            # raised instead names its host and path only, and drops the chain.
+            raise FileUnreachableError(what, url, _reason(exc)) from None
+        except fetch.Oversized as exc:
+            raise OversizedFileError(what, url, exc.limit) from None
         if status >= 400:
-            what = "a deletion vector" if key in self._urls else "a data file"
             raise FileAccessError(status, what)
         return status, body
+
+    def _through_urllib3(
+        self,
+        url: str,
+        headers: Mapping[str, str] | None,
+        retries: urllib3.Retry,
+        limit: fetch.Limit,
+    ) -> tuple[int, bytes]:
+        """What `fetch.get` leaves (redirects, retries, encoded bodies), read no further
+        than `limit` (decoded bytes): an oversized answer's connection is closed."""
+        response = self._pool.request(
+            "GET",
+            url,
+            headers=headers,
+            timeout=self._timeout,
+            retries=retries,
+            preload_content=False,
+        )
+        reusable = False
+        try:
+            if response.status >= 400:
+                return response.status, b""  # the caller raises; the body is not read
+            most = limit.of(response.status)
+            if most is None:
+                body = response.read()
+            else:
+                declared = response.headers.get("Content-Length", "")
+                encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+                if declared.isdigit() and not encoded and int(declared) > most:
+                    raise fetch.Oversized(most)
+                body = response.read(most + 1)
+                if len(body) > most:
+                    raise fetch.Oversized(most)
+                body += response.read()  # nothing left: the end of the body, the connection freed
+            reusable = True
+            return response.status, body
+        finally:
+            if reusable:
+                response.release_conn()
+            else:
+                response.close()
 
     def read(self, key: str) -> bytes:
         return bytes(self._get(key)[1])
@@ -109,7 +167,9 @@ class UrlFiles:
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        status, body = self._get(key, {"Range": f"bytes={offset}-{offset + length - 1}"})
+        status, body = self._get(
+            key, {"Range": f"bytes={offset}-{offset + length - 1}"}, partial=length
+        )
         if status == 200:  # a server may ignore Range (RFC 9110): the whole file came
             return bytes(memoryview(body)[offset : offset + length])
         return bytes(body)
@@ -120,12 +180,14 @@ class UrlFiles:
             if self._last is None or self._last[0] != key:
                 self._last = (key, pa.py_buffer(self._get(key)[1]))
             return pa.BufferReader(self._last[1])
-        return open_ranged(lambda offset, length: self.read_range(key, offset, length), size, key)
+        return open_ranged(
+            lambda offset, length: self.read_range(key, offset, length), size, redacted_url(key)
+        )
 
     def info(self, key: str) -> FileInfo:
         size = self._sizes.get(key)
         if size is None:
-            raise FileNotFoundError(key)
+            raise FileNotFoundError(redacted_url(key))
         return FileInfo(key=key, size=size, modification_time=0)
 
     def list_from(self, prefix: str, start_after: str | None = None) -> Iterator[FileInfo]:
@@ -145,6 +207,18 @@ _RETRIES = urllib3.Retry(
     allowed_methods=frozenset({"GET"}),
     raise_on_status=False,
 )
+
+
+def _reason(exc: urllib3.exceptions.HTTPError) -> str:
+    """Why a fetch failed, in urllib3's words without any URL query: the underlying
+    failure of a MaxRetryError (its own text is mostly the URL)."""
+    cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+    text = str(cause) if cause is not None else type(exc).__name__
+    if isinstance(exc, urllib3.exceptions.MaxRetryError):
+        text = f"retries exhausted: {text}"
+    return redacted_text(text)
+
+
 _POOL: urllib3.PoolManager | None = None
 _POOL_LOCK = threading.Lock()
 

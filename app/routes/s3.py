@@ -26,7 +26,7 @@ from app.routing import RouteSpec
 from sharing.errors import ResourceNotFound, SharingError
 from sharing.presign.local_verify import LocalFile, OpenedFile, RangeNotSatisfiable
 from sharing.recipients.refusals import Reason, Refusal
-from sharing.s3.access import Grant, KeyChecker, ListedObject
+from sharing.s3.access import Grant, KeyChecker, ListedObject, NotInMemory
 from sharing.s3.errors import S3Error, error_xml
 from sharing.s3.listing import ListRequest, http_date, list_objects
 from sharing.s3.objects import TableObjects
@@ -58,8 +58,9 @@ def _error(request: Request, error: S3Error, resource: str) -> Response:
     return Response(body, status_code=error.status, headers=error.headers, media_type=_XML)
 
 
-def _authorise(request: Request, bucket: str) -> Grant:
-    """The request's grant (blocking: may read the recipient store)."""
+def _authorise(request: Request, bucket: str, *, from_memory: bool = False) -> Grant:
+    """The request's grant (blocking: may read the recipient store; with `from_memory`,
+    NotInMemory instead)."""
     headers = request.headers
     lists: dict[str, list[str]] = {}
     for name, value in headers.raw:
@@ -76,6 +77,7 @@ def _authorise(request: Request, bucket: str) -> Grant:
         lists,
         list(request.query_params.multi_items()),
         request.client.host if request.client else None,
+        from_memory=from_memory,
     )
 
 
@@ -108,13 +110,15 @@ class _Outcome:
     opened: OpenedFile | None = None
 
 
-def _read_object(request: Request, bucket: str, path: str, head: bool, zero_copy: bool) -> _Outcome:
-    """Verified, resolved and opened in one trip to the thread pool (blocking: may read the
-    recipient store and the log); a trip costs about as much CPU as a small read's rest."""
+def _read_object(
+    request: Request, bucket: str, path: str, head: bool, zero_copy: bool, from_memory: bool
+) -> _Outcome:
+    """Verified, resolved and opened (blocking: may read the recipient store and the log;
+    with `from_memory`, NotInMemory instead: see `object_request`)."""
     outcome = _Outcome()
     try:
-        outcome.grant = _authorise(request, bucket)
-        found = _objects(request).find(outcome.grant, path)
+        outcome.grant = _authorise(request, bucket, from_memory=from_memory)
+        found = _objects(request).find(outcome.grant, path, from_memory=from_memory)
         range_header = request.headers.get("range")
         outcome.opened = _open(LocalFile(found.key, found.size), range_header, head, zero_copy)
         outcome.found = found
@@ -147,7 +151,21 @@ async def object_request(request: Request) -> Response:
         return await bucket_request(request)
     head = request.method == "HEAD"
     zero_copy = offers_zero_copy(request)
-    outcome = await run_in_threadpool(_read_object, request, bucket, path, head, zero_copy)
+    outcome = None
+    if zero_copy or head:
+        # On the event loop when every check's inputs are in memory (the recipient's state
+        # and the catalog within store.cacheSeconds, a slice's named files, the table's
+        # latest snapshot): the thread pool's trip cost as much CPU as the checks. Only a
+        # file's metadata and first byte are read here (the body goes out with sendfile);
+        # a body read into memory is read in the thread pool.
+        try:
+            outcome = _read_object(request, bucket, path, head, zero_copy, from_memory=True)
+        except NotInMemory:
+            outcome = None
+    if outcome is None:
+        outcome = await run_in_threadpool(
+            _read_object, request, bucket, path, head, zero_copy, False
+        )
     if outcome.grant is not None:
         _attribute(request, outcome.grant)
     if outcome.error is not None:

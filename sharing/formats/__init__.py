@@ -23,7 +23,7 @@ from deltalog.paths import resolve_key
 from deltalog.storage.base import Storage
 from sharing.errors import InvalidParameter
 from sharing.formats.ids import ID_HASHES, IdScheme, compute_ids, hex_ids, id_column
-from sharing.presign.base import Signer
+from sharing.presign.base import SignedColumn, Signer, sign_column
 
 FILE_ID_HASH_HEADER = "fileidhash"
 
@@ -127,6 +127,18 @@ def storage_keys(paths: pa.Array, storage: Storage, table_root: str) -> list[str
     """Storage keys of log paths, as Python strings (see `storage_key_column`)."""
     keys: list[str] = storage_key_column(paths, storage, table_root).to_pylist()
     return keys
+
+
+def signed_urls(paths: pa.Array, ctx: FileContext) -> SignedColumn:
+    """The signed URLs of a batch's log paths. Plain relative paths (the common case) go
+    to the signer as they are, with the table root as their prefix, so a bulk signer
+    neither joins the keys nor finds the relative paths in them again; other paths are
+    resolved to storage keys first (`storage_key_column`)."""
+    if pa.types.is_dictionary(paths.type):
+        paths = paths.dictionary_decode()  # a dictionary-encoded snapshot column
+    if _plainly_relative(paths):
+        return sign_column(ctx.signer, paths, ctx.storage.join(ctx.table_root, ""))
+    return sign_column(ctx.signer, storage_key_column(paths, ctx.storage, ctx.table_root))
 
 
 def storage_key_column(paths: pa.Array, storage: Storage, table_root: str) -> pa.Array:

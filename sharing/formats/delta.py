@@ -28,7 +28,7 @@ from sharing.formats import (
     TableHead,
     batch_file_ids,
     dumps_line,
-    storage_key_column,
+    signed_urls,
 )
 from sharing.formats.jsoncols import (
     Piece,
@@ -44,7 +44,6 @@ from sharing.formats.jsoncols import (
     json_string_pieces,
     string_field,
 )
-from sharing.presign.base import sign_column
 
 _NULL_STRING = pa.scalar(None, pa.string())
 
@@ -73,8 +72,7 @@ class DeltaWriter:
     def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
         if batch.num_rows == 0:
             return FileLines(b"", None)
-        keys = storage_key_column(batch.column("path"), ctx.storage, ctx.table_root)
-        signed = sign_column(ctx.signer, keys)
+        signed = signed_urls(batch.column("path"), ctx)
         ids = batch_file_ids(batch, ctx.id_scheme)
         pieces: list[Piece] = ['{"file":{"id":"', ids, '"']
         if ctx.version is not None:

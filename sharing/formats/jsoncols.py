@@ -159,7 +159,22 @@ def concat(pieces: Sequence[Piece], *, skip_null_pieces: bool = False) -> pa.Arr
     otherwise any null piece makes the result null.
     """
     handling = "replace" if skip_null_pieces else "emit_null"
-    return pc.binary_join_element_wise(*pieces, "", null_handling=handling, null_replacement="")
+    return pc.binary_join_element_wise(
+        *_merged_literals(pieces), "", null_handling=handling, null_replacement=""
+    )
+
+
+def _merged_literals(pieces: Sequence[Piece]) -> list[Piece]:
+    """`pieces` with each run of adjacent literal strings joined into one: the kernel's
+    cost grows with the number of pieces per row (a line's literals come in runs, such as a
+    field's closing quote and the next field's name), and a literal is never null."""
+    merged: list[Piece] = []
+    for piece in pieces:
+        if isinstance(piece, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    return merged
 
 
 def lines_to_bytes(lines: pa.Array) -> bytes:

@@ -22,7 +22,7 @@ from sharing.formats import (
     TableHead,
     batch_file_ids,
     dumps_line,
-    storage_key_column,
+    signed_urls,
 )
 from sharing.formats.jsoncols import (
     Piece,
@@ -33,7 +33,6 @@ from sharing.formats.jsoncols import (
     json_string_pieces,
     string_field,
 )
-from sharing.presign.base import sign_column
 
 _PROTOCOL_LINE = dumps_line({"protocol": {"minReaderVersion": 1}})
 
@@ -56,8 +55,7 @@ class ParquetWriter:
     def file_lines(self, batch: pa.RecordBatch, ctx: FileContext, action: str = FILE) -> FileLines:
         if batch.num_rows == 0:
             return FileLines(b"", None)
-        keys = storage_key_column(batch.column("path"), ctx.storage, ctx.table_root)
-        signed = sign_column(ctx.signer, keys)
+        signed = signed_urls(batch.column("path"), ctx)
         pieces: list[Piece] = [
             f'{{"{action}":{{"url":"',
             *json_string_pieces(signed.pieces, safe=signed.json_safe),

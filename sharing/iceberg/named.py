@@ -79,6 +79,19 @@ class NamedFiles:
                     found = self._grow(identity, root, bucket, generated)
         return key in found.keys or self._history_metadata(found, key)
 
+    def names_from_memory(self, shared: SharedTable, bucket: str, key: str) -> bool | None:
+        """`names`, when the answer is in memory (the table's latest snapshot fresh, its
+        named set kept); None when it would read the log or generate: call `names`."""
+        current = self.metadata.tables.fresh_latest(shared)
+        if current is None:
+            return None
+        root = self.metadata.generated_root(shared, bucket, current)
+        identity = (str(root), shared.config.history_shared, shared.config.start_version)
+        found = self._current(identity, current.version)
+        if found is None:
+            return None
+        return key in found.keys or self._history_metadata(found, key)
+
     def _current(self, identity: _Identity, version: int) -> _Named | None:
         with self._lock:
             named = self._kept.get(identity)

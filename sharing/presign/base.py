@@ -87,13 +87,20 @@ def json_safe(text: str) -> bool:
     return '"' not in text and "\\" not in text and all(ch >= " " for ch in text)
 
 
-def sign_column(signer: Signer, keys: pa.Array) -> SignedColumn:
-    """The URLs of `keys` (a string column of storage keys) from `signer`: built in bulk by
-    a signer that has a `sign_column` method (the local and S3 signers), else from its
-    `sign` (one Python string per URL)."""
+def sign_column(signer: Signer, keys: pa.Array, prefix: str = "") -> SignedColumn:
+    """The URLs of `keys` (a string column of storage keys, each after `prefix`) from
+    `signer`: built in bulk by a signer that has a `sign_column` method (the local and S3
+    signers; those whose `sign_column` takes a `prefix` say so, `signs_with_prefix`, and
+    given the table root they take the column as the relative paths it then is), else
+    from its `sign` (one Python string per URL)."""
     bulk = getattr(signer, "sign_column", None)
+    if prefix and bulk is not None and getattr(signer, "signs_with_prefix", False) is True:
+        column: SignedColumn = bulk(keys, prefix=prefix)
+        return column
+    if prefix:
+        keys = pc.binary_join_element_wise(prefix, keys, "")
     if bulk is not None:
-        column: SignedColumn = bulk(keys)
+        column = bulk(keys)
         return column
     signed = signer.sign(keys.to_pylist())
     return SignedColumn((pa.array(signed.urls, pa.string()),), signed.expiration_ms, False)

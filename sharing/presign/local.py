@@ -26,6 +26,7 @@ from functools import lru_cache
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sharing.errors import UnsupportedOperation
 from sharing.hexdigests import hex_array
@@ -122,6 +123,7 @@ class LocalSigner:
     to `holder`."""
 
     in_memory = True  # keys derived from the configured secret (see base.signs_in_memory)
+    signs_with_prefix = True  # sign_column(keys, prefix=...) (see base.sign_column)
 
     def __init__(
         self,
@@ -147,13 +149,21 @@ class LocalSigner:
         signed = self.sign_column(pa.array(keys, pa.string()))
         return SignedUrls(urls=signed.urls(), expiration_ms=signed.expiration_ms)
 
-    def sign_column(self, keys: pa.Array) -> SignedColumn:
-        """The URLs of a column of storage keys, as pieces: the URL prefix, the relative
-        path, the query and the signature column."""
+    def sign_column(self, keys: pa.Array, *, prefix: str = "") -> SignedColumn:
+        """The URLs of a column of storage keys (each `prefix` followed by the column's
+        value), as pieces: the URL prefix, the relative path, the query and the signature
+        column. With the table root as `prefix` (a response's log paths), the values are
+        the relative paths as they are, and no key is joined, checked or cut."""
         expires = int(time.time() * 1000) + self._ttl_ms
-        relative = relative_column(keys, self._root_prefix)
-        if relative is None:
-            raise UnsupportedOperation(ABSOLUTE_PATHS)
+        if prefix == self._root_prefix and not keys.null_count:
+            relative = keys
+        else:
+            if prefix:
+                keys = pc.binary_join_element_wise(prefix, keys, "")
+            found = relative_column(keys, self._root_prefix)
+            if found is None:
+                raise UnsupportedOperation(ABSOLUTE_PATHS)
+            relative = found
         # Every message starts with the expiry and the holder, then the relative path: one
         # HMAC per URL, in the signing helper for a big batch; the URLs themselves are
         # joined column-wise.

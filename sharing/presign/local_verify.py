@@ -221,6 +221,11 @@ def resolve_inside(location: str, relative: str) -> str:
     storage, root = resolve(location)
     if storage.kind is not StorageKind.LOCAL:
         raise Forbidden("Only local tables are served by this endpoint.")
+    return resolve_under(os.path.realpath(root), relative)
+
+
+def resolve_under(real_root: str, relative: str) -> str:
+    """`resolve_inside` for a table root already resolved (a real path)."""
     parts = relative.split("/")
     if (
         not relative
@@ -230,7 +235,6 @@ def resolve_inside(location: str, relative: str) -> str:
         or any(part in ("", ".", "..") for part in parts)
     ):
         raise Forbidden("The file path is not allowed.")
-    real_root = os.path.realpath(root)
     candidate = os.path.realpath(os.path.join(real_root, *parts))
     if os.path.commonpath([real_root, candidate]) != real_root or candidate == real_root:
         raise Forbidden("The file path is not allowed.")

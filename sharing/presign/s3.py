@@ -91,6 +91,8 @@ class BucketEndpoint:
 class S3Signer:
     """Signs GETs for the objects of one table stored on S3."""
 
+    signs_with_prefix = True  # sign_column(keys, prefix=...) (see base.sign_column)
+
     def __init__(
         self,
         credentials: Credentials,
@@ -111,6 +113,10 @@ class S3Signer:
         self._bucket_prefix = f"{bucket}/"
         self._endpoint = BucketEndpoint.for_bucket(bucket, region, endpoint_url, path_style)
         self._encode_path = PathEncoder()  # the key in the URL path and the canonical URI
+        # The table root's part of every object name, encoded once: percent-encoding works
+        # character by character, so a name's encoding is this followed by its relative
+        # path's.
+        self._root_in_url = quote(self._root_prefix[len(self._bucket_prefix) :], safe="/~")
 
     @classmethod
     def for_storage(cls, storage: S3Storage, *, table_root: str, ttl_seconds: int) -> S3Signer:
@@ -141,11 +147,26 @@ class S3Signer:
         signed = self.sign_column(pa.array(keys, pa.string()), now)
         return SignedUrls(urls=signed.urls(), expiration_ms=signed.expiration_ms)
 
-    def sign_column(self, keys: pa.Array, now: float | None = None) -> SignedColumn:
-        """The URLs of a column of storage keys, as pieces: the endpoint, the encoded key,
-        the query and the signature column."""
-        if now is None:
-            now = time.time()
+    def sign_column(
+        self, keys: pa.Array, now: float | None = None, *, prefix: str = ""
+    ) -> SignedColumn:
+        """The URLs of a column of storage keys (each `prefix` followed by the column's
+        value), as pieces: the endpoint, the encoded key, the query and the signature
+        column. With the table root as `prefix` (a response's log paths), the values are
+        the relative paths as they are, and no key is joined, checked or cut."""
+        if prefix == self._root_prefix and not keys.null_count:
+            relative = keys
+        else:
+            if prefix:
+                keys = pc.binary_join_element_wise(prefix, keys, "")
+            found = relative_column(keys, self._root_prefix)
+            if found is None:
+                raise UnsupportedOperation(ABSOLUTE_PATHS)
+            relative = found
+        return self._sign_relative(relative, time.time() if now is None else now)
+
+    def _sign_relative(self, relative: pa.Array, now: float) -> SignedColumn:
+        """The URLs of paths relative to the table root."""
         frozen = self._credentials.get_frozen_credentials()  # refreshes when due
         expires = self.expires_in(now)
         seconds = int(now)
@@ -168,21 +189,18 @@ class S3Signer:
             canonical_query = f"{head}&X-Amz-SignedHeaders=host"
             url_query = f"?{canonical_query}&X-Amz-Signature="
         endpoint = self._endpoint
-        request_head = f"GET\n{endpoint.path_prefix}"
+        root = self._root_in_url
+        request_head = f"GET\n{endpoint.path_prefix}{root}"
         request_tail = f"\n{canonical_query}\nhost:{endpoint.host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign_head = f"{ALGORITHM}\n{amz_date}\n{scope}\n"
 
-        relative = relative_column(keys, self._root_prefix)
-        if relative is None:
-            raise UnsupportedOperation(ABSOLUTE_PATHS)
-        names = pc.utf8_slice_codeunits(keys, len(self._bucket_prefix))
-        # Keys of unreserved characters, '/' and '=' (nearly all Delta paths) are encoded by
-        # escaping '='; any other batch goes through the general encoder key by key.
-        if plain_column(names):
-            path = pc.replace_substring(names, "=", "%3D")
+        # Paths of unreserved characters, '/' and '=' (nearly all Delta paths) are encoded
+        # by escaping '='; any other batch goes through the general encoder path by path.
+        if plain_column(relative):
+            path = pc.replace_substring(relative, "=", "%3D")
         else:
             encode = self._encode_path
-            path = pa.array([encode(name) for name in names.to_pylist()], pa.string())
+            path = pa.array([encode(name) for name in relative.to_pylist()], pa.string())
         # The canonical requests and the URLs are joined column-wise; what is left per URL
         # (one SHA-256 and one HMAC) runs in the signing helper for a big batch.
         requests = pc.binary_join_element_wise(request_head, path, request_tail, "")
@@ -190,7 +208,7 @@ class S3Signer:
             SIGV4, prepared, key, to_sign_head.encode(), requests.cast(pa.binary())
         )
         signatures = hex_array(joined, DIGEST_SIZE)
-        pieces = (endpoint.base, path, url_query, signatures)
+        pieces = (endpoint.base + root, path, url_query, signatures)
         return SignedColumn(
-            pieces, (seconds + expires) * 1000, json_safe(endpoint.base + url_query)
+            pieces, (seconds + expires) * 1000, json_safe(endpoint.base + root + url_query)
         )

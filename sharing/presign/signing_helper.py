@@ -14,6 +14,9 @@ whole on the event loop (sharing.query.small: under 1,000 files) never waits for
 When the helper cannot be started, or ends while it signs a batch (killed, out of
 memory), the batch is signed in the calling thread with the same kernel and inputs, so
 the response is the same bytes; a new helper is tried after `RETRY_AFTER_SECONDS`. A
+helper that stops answering (stopped, swapped out, wedged) is treated the same way once a
+batch has waited for it longer than `answer_timeout` allows, generously above what the
+batch costs: it is killed, which breaks the pipe the calling thread waits on. A
 helper that answers a batch with an error or a malformed reply fails the batch
 (`SigningFailed`), which fails the response as any error after its first line does
 (sharing.query.plan): a URL is never handed out with a signature of unknown origin.
@@ -56,6 +59,11 @@ log = logging.getLogger("lakeshare.signing")
 # pipe is not worth it (and small responses never start a helper).
 MIN_BATCH = 2048
 RETRY_AFTER_SECONDS = 30.0
+ANSWER_TIMEOUT_BASE_SECONDS = 10.0
+"""What a batch may wait for the helper beyond its per-URL share: starting the helper and
+a busy machine's scheduling delays included."""
+ANSWER_TIMEOUT_PER_URL_SECONDS = 20e-6
+"""The per-URL share: over ten times a URL's signing and transfer cost (about 1.5 µs)."""
 _KERNELS = {SIGV4: sigv4_digests, PREFIXED: prefixed_digests}
 
 
@@ -95,6 +103,7 @@ class SigningHelper:
                 return None
             assert process.stdin is not None and process.stdout is not None
             header = REQUEST.pack(kind, len(key), len(head), len(messages), len(data))
+            watchdog = _Watchdog(process, answer_timeout(len(messages)))
             try:
                 process.stdin.write(header + key + head)
                 process.stdin.write(offsets)
@@ -108,14 +117,19 @@ class SigningHelper:
                 if len(payload) != size:
                     raise EOFError("the helper closed its output mid-reply")
             except (OSError, EOFError, ValueError) as exc:
-                self._lost(process, exc)
+                watchdog.cancel()
+                self._lost(process, exc, timed_out=watchdog.fired)
                 return None
             except BaseException as exc:
                 # Interrupted mid-exchange (MemoryError, an asynchronous exception): the rest
                 # of this reply would be read as the next batch's, every later batch getting
                 # its predecessor's signatures. The helper goes; a new one starts later.
+                watchdog.cancel()
                 self._lost(process, exc)
                 raise
+            if not watchdog.cancel():  # answered, but killed as it did: not to be used again
+                self._lost(process, None, timed_out=True)
+                return None
             if status not in (OK, FAILED):
                 self._lost(process, ValueError(f"reply status {status}"))  # framing unknown
         if status == FAILED:
@@ -153,16 +167,68 @@ class SigningHelper:
             return None
         return self._process
 
-    def _lost(self, process: subprocess.Popen[bytes], exc: BaseException | None) -> None:
-        """The helper ended (or its pipe broke): reap it, retry later, sign in the server."""
+    def _lost(
+        self,
+        process: subprocess.Popen[bytes],
+        exc: BaseException | None,
+        *,
+        timed_out: float | None = None,
+    ) -> None:
+        """The helper ended (or its pipe broke, or it was killed for not answering within
+        `timed_out` seconds): reap it, retry later, sign in the server."""
         _end(process)
         self._process = None
         self._retry_at = time.monotonic() + RETRY_AFTER_SECONDS
+        if timed_out is not None:
+            log.warning(
+                "the signing helper did not answer within %.1f s and was killed; "
+                "signing in the server",
+                timed_out,
+            )
+            return
         log.warning(
             "the signing helper ended (exit status %s%s); signing in the server",
             process.returncode,
             f", {exc}" if exc else "",
         )
+
+
+def answer_timeout(count: int) -> float:
+    """How long a batch of `count` URLs may wait for the helper before it is dropped."""
+    return ANSWER_TIMEOUT_BASE_SECONDS + count * ANSWER_TIMEOUT_PER_URL_SECONDS
+
+
+class _Watchdog:
+    """Kills the helper when one exchange with it outlasts `seconds`: the calling thread's
+    blocked write or read then fails on the broken pipe (a stopped process is killed too)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._done = False
+        self._fired = False
+        self._timer = threading.Timer(seconds, self._fire, (process,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self, process: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._fired = True
+        process.kill()
+
+    def cancel(self) -> bool:
+        """Stop watching; whether the helper was spared (False: it was killed)."""
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+        return not self._fired
+
+    @property
+    def fired(self) -> float | None:
+        """The bound it was killed after, or None."""
+        return self.seconds if self._fired else None
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:

@@ -45,6 +45,7 @@ class TimedSigner:
         self._kind = signer_kind(signer)
         self.parallel_batches = parallel_batches(signer)
         self.in_memory = signs_in_memory(signer)
+        self.signs_with_prefix = getattr(signer, "signs_with_prefix", False) is True
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
         begin = time.perf_counter()
@@ -52,10 +53,10 @@ class TimedSigner:
         self._observer.signed(self._kind, len(signed.urls), time.perf_counter() - begin)
         return signed
 
-    def sign_column(self, keys: pa.Array) -> SignedColumn:
+    def sign_column(self, keys: pa.Array, *, prefix: str = "") -> SignedColumn:
         """The signer's bulk signing (sharing.presign.base.sign_column), timed alike."""
         begin = time.perf_counter()
-        signed = sign_column(self._signer, keys)
+        signed = sign_column(self._signer, keys, prefix)
         self._observer.signed(self._kind, len(keys), time.perf_counter() - begin)
         return signed
 

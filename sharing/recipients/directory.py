@@ -92,6 +92,10 @@ log = logging.getLogger("lakeshare.recipients")
 DEFAULT_CACHE_SECONDS = 2.0
 _MAX_HEADER_CHARS = 8192
 CACHE_ENTRIES = 10_000
+# `derived_from_memory` answers only while the cache has at least this long left: a request
+# checked just before the cache goes stale cannot end up reading the store on the caller's
+# thread (the event loop).
+_FRESH_MARGIN_SECONDS = 0.1
 """What the directory remembers of the store, per kind (credentials by id, store recipients
 by name — known or not): at most this many of each, the least recently used forgotten
 first, so made-up ids and user names cannot grow a process's memory."""
@@ -335,6 +339,41 @@ class RecipientDirectory:
                 Refusal(Reason.CREDENTIAL_REVOKED, name[:64], credential_id),
             )
         return self.holds(recipient, credential_id, client)
+
+    def derived_from_memory(
+        self,
+        name: str,
+        credential_id: str | None,
+        generation: int,
+        client: str | None = None,
+    ) -> Principal | None:
+        """`derived`, with every one of its checks, when the answer is in memory (a fresh
+        cache holding the recipient and, for a store recipient, the credential); None when
+        it would read the store: the caller then calls `derived` where it may block. Lets
+        a hot path (the S3 endpoint's reads) stay on the event loop."""
+        if self.store is not None:
+            # `derived` reads the store (a refresh at least) only for a recipient that is
+            # not the configuration's, or a store recipient's credential.
+            stale = self._clock() - self._checked_at >= self.cache_seconds - _FRESH_MARGIN_SECONDS
+            key = name.lower()
+            recipient = self._config_recipients.get(key)
+            if recipient is None and name == ANONYMOUS_RECIPIENT:
+                if stale:
+                    return None
+            elif recipient is None and is_recipient_name(name):
+                cached = self._recipients.get(key)
+                if stale or cached is MISSING:
+                    return None
+                recipient = cached
+            if (
+                recipient is not None
+                and recipient.source is RecipientSource.STORE
+                and credential_id is not None
+                and credential_id not in self._config_credentials
+                and (stale or credential_id not in self._credentials)
+            ):
+                return None
+        return self.derived(name, credential_id, generation, client)
 
     def holds(
         self, recipient: Recipient, credential_id: str | None, client: str | None = None

@@ -18,13 +18,14 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from deltalog.storage import resolve
 from deltalog.storage.kinds import StorageKind
 from sharing.catalog import Catalog, SharedTable
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
-from sharing.presign.local_verify import resolve_inside
+from sharing.presign.local_verify import resolve_under
 from sharing.recipients.directory import RecipientDirectory
 from sharing.recipients.model import Principal
 from sharing.recipients.refusals import Reason, Refusal
@@ -33,11 +34,18 @@ from sharing.s3.errors import S3Error
 from sharing.s3.scope import reads_whole, slice_scope
 from sharing.slices import Viewer
 
-__all__ = ["Grant", "KeyChecker", "TableFolder"]
+__all__ = ["Grant", "KeyChecker", "NotInMemory", "TableFolder"]
 
 
 class LiveCatalog(Protocol):
     def visible_to(self, shares: frozenset[str], viewer: Viewer | None = None) -> Catalog: ...
+    def answers_from_memory(self) -> bool: ...
+
+
+class NotInMemory(Exception):
+    """Raised by a check asked to answer from memory only (`from_memory=True`) when it
+    would have to read the recipient store, the log or the disk beyond one file: the
+    caller runs the same check again off the event loop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +95,12 @@ class KeyChecker:
         header_lists: Mapping[str, list[str]],
         query: list[tuple[str, str]],
         client: str | None,
+        *,
+        from_memory: bool = False,
     ) -> Grant:
         """The grant of a request's key, or S3Error (whose `refusal` names the key's holder
-        once the signature held)."""
+        once the signature held). `from_memory`: NotInMemory rather than reading the
+        recipient store or the catalog's (every check is made either way)."""
         signed = sigv4.parse_signed_request(headers, query)
         if signed.session_token is None:
             raise S3Error(403, "InvalidToken", "A session token is required.", refused=True)
@@ -122,7 +133,7 @@ class KeyChecker:
         # The signature holds: the claims are the server's own.
         if claims.expires_ms <= int(self._clock() * 1000):
             raise _verified(S3Error.expired_token(), Reason.CREDENTIAL_EXPIRED, claims)
-        principal = self._principal(claims, client)
+        principal = self._principal(claims, client, from_memory)
         shared = self._table(claims, principal)
         if bucket != claims.bucket:
             raise _verified(
@@ -132,13 +143,24 @@ class KeyChecker:
             )
         return Grant(claims, shared)
 
-    def _principal(self, claims: keys.KeyClaims, client: str | None) -> Principal:
+    def _principal(
+        self, claims: keys.KeyClaims, client: str | None, from_memory: bool
+    ) -> Principal:
         """The key's holder as it stands now (sharing.recipients.directory.derived: the
         same recipient, generation and usable credential it was vended to, admitted)."""
         try:
-            return self._directory.derived(
+            if not from_memory:
+                return self._directory.derived(
+                    claims.recipient, claims.credential_id, claims.generation, client
+                )
+            if not self._catalog.answers_from_memory():
+                raise NotInMemory
+            principal = self._directory.derived_from_memory(
                 claims.recipient, claims.credential_id, claims.generation, client
             )
+            if principal is None:
+                raise NotInMemory
+            return principal
         except SharingError as exc:
             refusal = getattr(exc, "refusal", None)
             reason = refusal.reason if isinstance(refusal, Refusal) else Reason.FORBIDDEN
@@ -190,24 +212,49 @@ class ListedObject:
 
 def entity_tag(st: os.stat_result) -> str:
     """An entity tag that changes when the file does (S3 clients require one)."""
-    text = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}".encode()
+    return _entity_tag(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@lru_cache(maxsize=4096)
+def _entity_tag(size: int, mtime_ns: int, inode: int) -> str:
+    text = f"{size}:{mtime_ns}:{inode}".encode()
     return '"' + hashlib.md5(text, usedforsecurity=False).hexdigest() + '"'
+
+
+# A table folder's real path, by location, for ROOT_SECONDS: resolving it walks every
+# component of the path (an lstat each) on every request otherwise. A folder moved or
+# re-linked is followed within that time; what lies inside is resolved on every request.
+ROOT_SECONDS = 2.0
+_MAX_ROOTS = 1024
+_roots: dict[str, tuple[str, float]] = {}
+
+
+def _real_root(location: str) -> str:
+    now = time.monotonic()
+    known = _roots.get(location)
+    if known is not None and now - known[1] < ROOT_SECONDS:
+        return known[0]
+    storage, root = resolve(location)
+    if storage.kind is not StorageKind.LOCAL:
+        raise S3Error.access_denied("Only local tables are served by this endpoint.")
+    real = os.path.realpath(root)
+    if len(_roots) >= _MAX_ROOTS:
+        _roots.clear()
+    _roots[location] = (real, now)
+    return real
 
 
 class TableFolder:
     """A local table's folder as S3 objects: keys are paths relative to the table root."""
 
     def __init__(self, location: str) -> None:
-        storage, root = resolve(location)
-        if storage.kind is not StorageKind.LOCAL:
-            raise S3Error.access_denied("Only local tables are served by this endpoint.")
-        self.root = os.path.realpath(root)
+        self.root = _real_root(location)
 
     def open(self, key: str) -> ListedObject:
         """The file an object key names, or NoSuchKey (outside the folder, a directory,
         missing: all the same, so probing reveals nothing about the disk)."""
         try:
-            path = resolve_inside(self.root, key)
+            path = resolve_under(self.root, key)
         except Forbidden:
             raise S3Error.no_such_key() from None
         try:

@@ -8,6 +8,7 @@ import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
@@ -62,7 +63,9 @@ def _position(token: str) -> str:
         ) from None
 
 
+@lru_cache(maxsize=4096)
 def http_date(seconds: float) -> str:
+    """`Last-Modified` of a file modified at `seconds` (remembered: every read sends it)."""
     return datetime.fromtimestamp(seconds, UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
 
 

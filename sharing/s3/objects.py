@@ -18,7 +18,7 @@ from sharing.errors import SharingError
 from sharing.iceberg.generator import GENERATED_PREFIX, IcebergMetadata
 from sharing.iceberg.named import NamedFiles
 from sharing.recipients.refusals import Reason, Refusal
-from sharing.s3.access import Grant, ListedObject, TableFolder
+from sharing.s3.access import Grant, ListedObject, NotInMemory, TableFolder
 from sharing.s3.errors import S3Error
 
 __all__ = ["TableObjects"]
@@ -41,12 +41,19 @@ class TableObjects:
         self.metadata = metadata
         self.named = named if named is not None else NamedFiles(metadata)
 
-    def find(self, grant: Grant, key: str) -> ListedObject:
+    def find(self, grant: Grant, key: str, *, from_memory: bool = False) -> ListedObject:
         """The file `key` names for `grant` (blocking: may read the log and generate the
-        slice's metadata), or S3Error."""
+        slice's metadata), or S3Error. `from_memory`: NotInMemory rather than reading the
+        log or generating (the file itself is still resolved and looked up on disk)."""
         if not grant.whole_folder:
             try:
-                named = self.named.names(grant.shared, grant.claims.bucket, key)
+                if from_memory:
+                    named_now = self.named.names_from_memory(grant.shared, grant.claims.bucket, key)
+                    if named_now is None:
+                        raise NotInMemory
+                    named = named_now
+                else:
+                    named = self.named.names(grant.shared, grant.claims.bucket, key)
             except SharingError:
                 named = False
             except (OSError, ValueError) as exc:  # the generated files unreadable
@@ -62,7 +69,12 @@ class TableObjects:
         if not key.startswith(GENERATED_PREFIX):
             return grant.folder().open(key)
         try:
-            root = self.metadata.generated_root(grant.shared, grant.claims.bucket)
+            current = None
+            if from_memory:
+                current = self.metadata.tables.fresh_latest(grant.shared)
+                if current is None:
+                    raise NotInMemory
+            root = self.metadata.generated_root(grant.shared, grant.claims.bucket, current)
         except SharingError:
             raise S3Error.no_such_key() from None
         return TableFolder(str(root)).open(key[len(GENERATED_PREFIX) :])

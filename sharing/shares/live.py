@@ -88,6 +88,16 @@ class LiveCatalog:
         """The current catalog as a recipient with these grants (and properties) sees it."""
         return self.current().visible_to(shares, viewer)
 
+    def answers_from_memory(self) -> bool:
+        """Whether `current` (so `visible_to`) returns without reading the store: no store,
+        the refresh thread keeps the catalog, or the last check is fresh."""
+        return (
+            self.repository is None
+            or self._thread is not None
+            # with a margin: the caller's next call must not find it stale
+            or self._clock() - self._checked_at < self.cache_seconds - 0.1
+        )
+
     def get_table(self, share: str, schema: str, table: str) -> SharedTable:
         """A table of the current catalog (ResourceNotFound when it is not served)."""
         return self.current().get_table(share, schema, table)

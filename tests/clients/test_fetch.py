@@ -14,6 +14,7 @@ import gzip
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +30,12 @@ import urllib3
 import client.files
 from app.tls import write_self_signed_certificate
 from client import Profile, SharingClient, TableRef, fetch
-from client.errors import FileAccessError
+from client.errors import (
+    DeltaSharingError,
+    FileAccessError,
+    FileUnreachableError,
+    OversizedFileError,
+)
 from client.files import TableLayout, UrlFiles, snapshot_units
 from client.reading import UnitSource
 from tests.support.corpus import CORPUS
@@ -91,7 +97,10 @@ def stand_in(script: Script) -> Iterator[StandIn]:
                 answer, close = script(number, request_number, path)
                 if answer is None:
                     return
-                conn.sendall(answer)
+                try:
+                    conn.sendall(answer)
+                except OSError:  # the client stopped reading (and closed) mid-answer
+                    return
                 if close:
                     return
 
@@ -286,6 +295,93 @@ def test_urls_urllib3_would_rewrite_are_left_to_it() -> None:
     )
 
 
+LISTED = 1000
+"""The size a listing gave the file the misbehaving answers below are for."""
+_OVER = b"x" * (4 << 20)  # far more than listed
+
+
+def _over_with_length(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(200, _OVER), False
+
+
+def _over_chunked(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    chunk = b"%x\r\n" % (64 << 10) + b"x" * (64 << 10) + b"\r\n"
+    body = chunk * 64 + b"0\r\n\r\n"
+    return response(200, body, "Transfer-Encoding: chunked", length=False), False
+
+
+def _over_until_closed(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(200, _OVER, "Connection: close", length=False), True
+
+
+def _over_gzip(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(200, gzip.compress(_OVER), "Content-Encoding: gzip"), False
+
+
+def _over_range(connection: int, number: int, path: str) -> tuple[bytes | None, bool]:
+    return response(206, b"y" * 500, "Content-Range: bytes 10-509/1000"), False
+
+
+@pytest.mark.parametrize(
+    "script",
+    [_over_with_length, _over_chunked, _over_until_closed, _over_gzip],
+    ids=["content-length", "chunked", "close-delimited", "gzip-through-urllib3"],
+)
+def test_a_body_past_the_listed_size_fails_the_read(script: Script) -> None:
+    """A file listed at 1,000 bytes answered with 4 MiB (declared, chunked, until the
+    connection closes, or gzip-encoded and left to urllib3): the read stops with an error
+    naming the listed size, it does not buffer what the server sends. (Against the
+    test's stand-in: no real server sends more than a file holds on demand.)"""
+    with stand_in(script) as server:
+        url = f"{server.url}/part-0.parquet?sig=5ec7e7"
+        files = _files(CountingPool())
+        files.register_data(url, LISTED)
+        with pytest.raises(OversizedFileError) as raised:
+            files.open_input_file(url)
+    # asked once (a gzip answer: on the lean path, then through urllib3), never retried
+    assert len(server.targets) == (2 if script is _over_gzip else 1)
+    assert raised.value.limit == LISTED
+    assert "more than the 1000 bytes" in str(raised.value)
+    assert "5ec7e7" not in _everything_shown(raised.value)
+
+
+def test_a_partial_answer_past_the_range_asked_fails_the_read() -> None:
+    with stand_in(_over_range) as server:
+        url = f"{server.url}/part-0.parquet"
+        files = _files(CountingPool())
+        files.register_data(url, LISTED)
+        with pytest.raises(OversizedFileError) as raised:
+            files.read_range(url, 10, 100)
+    assert raised.value.limit == 100
+
+
+def _everything_shown(exc: BaseException) -> str:
+    """What a traceback of `exc` shows: its text and that of every cause and context."""
+    return "".join(traceback.format_exception(exc))
+
+
+def test_a_network_failure_names_the_url_without_its_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing listening: urllib3 gives up (MaxRetryError, whose text holds the URL it
+    was given, query and all). The error says where and why, never the signature."""
+    monkeypatch.setattr(client.files, "_RETRIES", urllib3.Retry(total=1, backoff_factor=0))
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    url = f"http://127.0.0.1:{port}/files/t/part-0.parquet?exp=1&X-Amz-Signature=5ec7e7&sig=5ec7e7"
+    with pytest.raises(FileUnreachableError) as raised:
+        _files(CountingPool()).read(url)
+    shown = _everything_shown(raised.value)
+    assert "5ec7e7" not in shown and "exp=1" not in shown
+    assert f"127.0.0.1:{port}/files/t/part-0.parquet?<signature redacted>" in str(raised.value)
+    assert "refused" in str(raised.value).lower()
+    assert (raised.value.host, raised.value.path) == (
+        f"127.0.0.1:{port}",
+        "/files/t/part-0.parquet",
+    )
+
+
 # --- against Lakeshare ----------------------------------------------------------------------
 
 
@@ -375,7 +471,29 @@ def test_https_verifies_the_certificate(tmp_path: Path, monkeypatch: pytest.Monk
         other, _ = write_self_signed_certificate(tmp_path / "other", "127.0.0.1")
         monkeypatch.setenv("SSL_CERT_FILE", str(other))
         fetch.close_idle()
-        with pytest.raises(urllib3.exceptions.MaxRetryError) as raised:
+        with pytest.raises(FileUnreachableError) as raised:
             UrlFiles(pool).read(urls[0])
-        assert isinstance(raised.value.reason, urllib3.exceptions.SSLError)
-        assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value.reason)
+        assert "CERTIFICATE_VERIFY_FAILED" in raised.value.reason
+        assert "sig=" not in _everything_shown(raised.value)
+
+
+@pytest.mark.slow
+def test_a_server_gone_away_fails_the_read_without_a_signature_in_sight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """URLs listed by a running Lakeshare, read after it stopped: the read fails with the
+    file's host and path and the reason, and no signature anywhere in the exception chain
+    (a Spark task prints all of it)."""
+    monkeypatch.setattr(client.files, "_POOL", CountingPool())
+    with run_server(_config(), tmp_path) as server:
+        sharing = SharingClient(Profile.read(server.profile_path))
+        listing = sharing.query(TableRef("s", "b", "t"))
+    signed = urllib3.util.parse_url(listing.files[0].url)
+    assert signed.query and "sig=" in signed.query
+    with pytest.raises(DeltaSharingError) as raised:
+        _read_all(sharing, listing, concurrency=1)
+    shown = _everything_shown(raised.value)
+    for part in signed.query.split("&"):
+        assert part.split("=", 1)[1] not in shown if part.startswith("sig=") else True
+    assert "sig=" not in shown and "exp=" not in shown and "rcp=" not in shown
+    assert f"{signed.host}:{signed.port}{signed.path}?<signature redacted>" in str(raised.value)

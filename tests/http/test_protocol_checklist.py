@@ -483,11 +483,11 @@ def signer_fails_on_second_batch(monkeypatch: pytest.MonkeyPatch) -> list[Except
     original = LocalSigner.sign_column  # what response bodies sign with (sign() calls it)
     calls = {"n": 0}
 
-    def sign_column(self: LocalSigner, keys: Any) -> Any:
+    def sign_column(self: LocalSigner, keys: Any, **kwargs: Any) -> Any:
         calls["n"] += 1
         if calls["n"] == 2:
             raise errors[0] if errors else OSError("signing service unreachable")
-        return original(self, keys)
+        return original(self, keys, **kwargs)
 
     monkeypatch.setattr(LocalSigner, "sign_column", sign_column)
     # Batches signed one after the other, so the second call is the response's second

@@ -20,6 +20,7 @@ import boto3
 import deltalake
 import httpx
 import pytest
+import yaml
 from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -584,3 +585,59 @@ def test_numbers_that_are_not_ascii_digits_are_s3_errors(server: RunningServer) 
     with pytest.raises(ClientError) as error:
         s3.list_objects_v2(Bucket=bucket, MaxKeys=1)
     assert _code(error) == "InvalidArgument"
+
+
+@pytest.mark.slow
+def test_reads_checked_from_memory_still_end_within_cache_seconds(
+    config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads whose checks have their inputs cached are answered on the event loop (no trip
+    to the thread pool, counted by wrapping the route's hand-off), a cache miss goes to the
+    thread pool, and a disabled recipient's key is refused within store.cacheSeconds."""
+    import app.routes.s3 as s3_route
+
+    document = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+    cache_seconds = 3
+    document["store"]["cacheSeconds"] = cache_seconds
+    config_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+    trips: list[str] = []
+    hand_off = s3_route.run_in_threadpool
+
+    async def counted(function: Callable[..., Any], *args: Any) -> Any:
+        trips.append(function.__name__)
+        return await hand_off(function, *args)
+
+    monkeypatch.setattr(s3_route, "run_in_threadpool", counted)
+    with run_server(load_config(config_file), tmp_path / "srv") as server:
+        profile = create_recipient(
+            config_file, server.base_url, "acme", "--share", "sales", out=tmp_path / "a.share"
+        )
+        creds = _credentials(server, "basic", profile["bearerToken"])
+        bucket = _bucket(creds["location"])
+        s3 = _client(creds["awsTempCredentials"])
+        key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
+        whole = (BASIC / key).read_bytes()
+        from_memory = 0
+        for _ in range(5):
+            before = trips.count("_read_object")
+            assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == whole
+            assert s3.head_object(Bucket=bucket, Key=key)["ContentLength"] == len(whole)
+            from_memory += 2 - (trips.count("_read_object") - before)
+        assert from_memory >= 2, trips  # the first read (not cached yet) took the pool
+        assert "_read_object" in trips
+        disabled_at = time.monotonic()
+        assert recipients_cli(config_file, "disable", "acme") == 0
+        trips.clear()
+        while True:
+            try:
+                s3.get_object(Bucket=bucket, Key=key, Range="bytes=0-9")
+            except ClientError as error:
+                assert error.response["Error"]["Code"] == "AccessDenied"
+                break
+            assert time.monotonic() - disabled_at < cache_seconds + 1.5, "still served"
+            time.sleep(0.2)
+        # The stale cache sent the check to the thread pool, which read the store.
+        assert "_read_object" in trips
+        with pytest.raises(ClientError) as refused:  # and refused from memory from now on
+            s3.head_object(Bucket=bucket, Key=key)
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,7 +14,13 @@ import pytest
 from deltalog.actions import ADD_SCHEMA, Metadata, Protocol
 from deltalog.storage.local import LocalStorage
 from sharing.errors import InvalidParameter
-from sharing.formats import FileContext, TableHead, parse_file_id_hash, storage_keys
+from sharing.formats import (
+    FileContext,
+    TableHead,
+    parse_file_id_hash,
+    signed_urls,
+    storage_keys,
+)
 from sharing.formats.delta import DeltaWriter
 from sharing.formats.jsoncols import (
     concat,
@@ -23,7 +30,8 @@ from sharing.formats.jsoncols import (
     lines_to_bytes,
 )
 from sharing.formats.parquet import ParquetWriter
-from sharing.presign.base import SignedUrls
+from sharing.presign.base import SignedColumn, SignedUrls
+from sharing.presign.local import LocalSigner, TableRef, UrlHolder
 from sharing.skipping import apply_limit
 
 ROOT = "/data/table"
@@ -350,3 +358,53 @@ def test_partition_value_pieces_are_the_json_objects(rows: list[Any]) -> None:
         expected = [orjson.dumps(dict(r or [])).decode() for r in part.to_pylist()]
         assert json_string_map(part).to_pylist() == expected
         assert concat(json_string_map_pieces(part)).to_pylist() == expected
+
+
+class _KeysOnlySigner:
+    """The local signer seen through `sign_column(keys)` alone: every URL from a full
+    storage key, the way response lines were signed before log paths went to the signer
+    as they are."""
+
+    def __init__(self, signer: LocalSigner) -> None:
+        self._signer = signer
+
+    def sign(self, keys: Sequence[str]) -> SignedUrls:
+        return self._signer.sign(keys)
+
+    def sign_column(self, keys: pa.Array) -> SignedColumn:
+        return self._signer.sign_column(keys)
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["date=2024-01-01/part-0.parquet", "part-1.parquet", "a==b/~x-y_z.parquet"],
+        ["date=2024-01-01/part-0.parquet", "p=x%20y/part 1.parquet", "ünï/数据.parquet"],
+        ["part-0.parquet", "file:///data/table/abs.parquet"],
+    ],
+)
+@pytest.mark.parametrize("writer", [ParquetWriter(), DeltaWriter()])
+def test_lines_from_relative_paths_are_the_lines_from_storage_keys(
+    paths: list[str], writer: ParquetWriter | DeltaWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain relative log paths are signed without joining storage keys first
+    (`signed_urls`); the lines are byte for byte those signed from the full keys, and
+    paths that are not plain (encoded, absolute) still take the keys."""
+    monkeypatch.setattr(time, "time", lambda: 1_900_000_000.5)
+    signer = LocalSigner(
+        secret="test-secret",
+        base_url="https://sharing.example.com",
+        endpoint="/delta-sharing",
+        table=TableRef("s", "d", "t"),
+        table_root=ROOT,
+        ttl_seconds=900,
+        holder=UrlHolder("acme", "c1"),
+    )
+    batch = _files([{**ROWS[1], "path": path} for path in paths]).to_batches()[0]
+    ctx = _ctx(signer, "parquet")  # type: ignore[arg-type]
+    via_keys = _ctx(_KeysOnlySigner(signer), "parquet")  # type: ignore[arg-type]
+    expected = writer.file_lines(batch, via_keys).text
+    assert writer.file_lines(batch, ctx).text == expected
+    relative = pa.array([p for p in paths if ":" not in p and "%" not in p])
+    keys = [f"{ROOT}/{p}" for p in relative.to_pylist()]
+    assert signed_urls(relative, ctx).urls() == signer.sign(keys).urls

@@ -9,6 +9,7 @@ import urllib.request
 
 import boto3
 import botocore.auth
+import pyarrow as pa
 import pytest
 from botocore.config import Config
 from botocore.credentials import Credentials, RefreshableCredentials
@@ -259,3 +260,37 @@ def test_cloud_signer_dispatch_and_bucket_region(monkeypatch: pytest.MonkeyPatch
     cloud_signer(storage, table_root="bkt/u", ttl_seconds=3600)
     assert lookups == ["bkt"]  # the region is looked up once per bucket
     assert cloud_signer(LocalStorage(), table_root="/tmp/t", ttl_seconds=60) is None
+
+
+@pytest.mark.parametrize("root", ["tables/t1", "tables/year=2024/my table", "ünï/数据"])
+@pytest.mark.parametrize("keys", [KEYS, PLAIN_KEYS])
+def test_relative_paths_identical_to_botocore(frozen_botocore, root: str, keys: list[str]) -> None:
+    """A response's log paths go to the signer as they are, with the table root as their
+    prefix (sharing.formats.signed_urls): no key is joined or cut, and the URLs are still
+    botocore's, also for a root that needs encoding itself."""
+    signer = S3Signer(
+        Credentials("AKIAEXAMPLE", "wJalr/K7+MDENG="),
+        region="eu-west-1",
+        table_root=f"my-bucket/{root}",
+        ttl_seconds=3600,
+        endpoint_url="http://127.0.0.1:9000",
+        path_style=True,
+    )
+    signed = signer.sign_column(pa.array(keys), NOW, prefix=f"my-bucket/{root}/")
+    expected = [
+        botocore_url(
+            "my-bucket",
+            f"{root}/{key}",
+            region="eu-west-1",
+            token=None,
+            endpoint_url="http://127.0.0.1:9000",
+            style="path",
+        )
+        for key in keys
+    ]
+    assert signed.urls() == expected
+    # Another prefix: the keys are joined and checked against the root as before.
+    outside = signer.sign_column(pa.array([f"{root}/{k}" for k in keys]), NOW, prefix="my-bucket/")
+    assert outside.urls() == expected
+    with pytest.raises(UnsupportedOperation):
+        signer.sign_column(pa.array(keys), NOW, prefix="other-bucket/")

@@ -256,6 +256,36 @@ def test_helper_killed_mid_response_leaves_the_response_whole(
     assert helper._process is None  # not restarted before RETRY_AFTER_SECONDS
 
 
+@pytest.mark.timeout(60)
+def test_helper_that_stops_answering_is_dropped_and_the_response_left_whole(
+    helper: SigningHelper, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real helper SIGSTOPped after the first batch: the next batch waits for it no
+    longer than its bound, then the helper is killed and reaped and the batch (and the
+    rest) signed in the server, the same bytes. (The bound's base is shortened to keep the
+    test short; without a bound the response waited forever.)"""
+    monkeypatch.setattr(signing_helper, "ANSWER_TIMEOUT_BASE_SECONDS", 1.0)
+    helper.enabled = False
+    expected = b"".join(_plan("delta").body(ahead=False))
+    helper.enabled = True
+    chunks = []
+    stopped = None
+    with caplog.at_level(logging.WARNING, "lakeshare.signing"):
+        for chunk in _plan("delta").body(ahead=False):
+            chunks.append(chunk)
+            if len(chunks) == 2:  # the head and the first batch, signed by the helper
+                stopped = helper._process
+                assert stopped is not None
+                os.kill(stopped.pid, signal.SIGSTOP)
+                started = time.monotonic()
+    waited = time.monotonic() - started
+    assert b"".join(chunks) == expected
+    assert stopped is not None and stopped.returncode == -signal.SIGKILL  # killed and reaped
+    assert helper._process is None  # not restarted before RETRY_AFTER_SECONDS
+    assert "did not answer within" in caplog.text
+    assert 1.0 <= waited < 10
+
+
 # A helper that signs `GOOD` batches with the real code, then answers every batch with
 # what `REPLY` says (after reading the request whole, as the real one does).
 _FAULTY = """

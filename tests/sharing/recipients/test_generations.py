@@ -173,3 +173,61 @@ def test_a_configured_basic_login_recipients_generation_is_the_same_everywhere()
     # Another password in the file: another generation.
     changed = _directory(None, **config("another password")).current("partner")
     assert changed is not None and changed.generation != partner.generation
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_derived_from_memory_answers_only_from_a_fresh_cache_and_keeps_every_check(
+    store: Store,
+) -> None:
+    """The S3 endpoint's event-loop path: `derived_from_memory` answers as `derived` does
+    while the store's answer is cached and fresh, and says None (go where blocking is
+    allowed) for a recipient or credential not cached or a cache `cache_seconds` old."""
+    clock = _Clock()
+    directory = RecipientDirectory(
+        make_config({**SHARES, "authorization": {"bearerToken": "t" * 32}}),
+        store,
+        cache_seconds=2,
+        clock=clock,
+    )
+    repository = directory.repository
+    assert repository is not None
+    recipient, issued = repository.create("acme", ["sales"], ip_allow_list=["10.0.0.0/8"])
+    assert issued is not None
+    credential, generation = issued.credential.id, recipient.generation
+    assert directory.derived_from_memory("acme", credential, generation) is None  # not cached
+    directory.derived("acme", credential, generation)  # off the loop: caches the answer
+    held = directory.derived_from_memory("acme", credential, generation, "10.1.2.3")
+    assert held is not None and held.recipient == "acme"
+    # Every check of `derived` still applies to a cached answer.
+    with pytest.raises(Forbidden, match="not allowed"):
+        directory.derived_from_memory("acme", credential, generation, "192.0.2.1")
+    with pytest.raises(Forbidden):
+        directory.derived_from_memory("acme", credential, generation + 1)
+    # The configuration's recipient never reads the store: answered even when stale.
+    clock.now += 60
+    configured = directory.current(BEARER_TOKEN_RECIPIENT)
+    assert configured is not None
+    principal = directory.derived_from_memory(
+        BEARER_TOKEN_RECIPIENT, BEARER_TOKEN_RECIPIENT, configured.generation
+    )
+    assert principal is not None and principal.recipient == BEARER_TOKEN_RECIPIENT
+    # A disable within cache_seconds: the cache is stale once they pass, so the memory
+    # path hands over to `derived`, which reads the store and refuses.
+    repository.set_enabled("acme", False)
+    assert directory.derived_from_memory("acme", credential, generation) is None
+    with pytest.raises(Forbidden, match="disabled") as refused:
+        directory.derived("acme", credential, generation)
+    assert refused.value.refusal.reason is Reason.RECIPIENT_DISABLED  # type: ignore[attr-defined]
+    # Fresh again, and cached: refused from memory too.
+    with pytest.raises(Forbidden, match="disabled"):
+        directory.derived_from_memory("acme", credential, generation)
+    # Just before the cache goes stale the memory path declines (no store read on the loop).
+    clock.now += 2 - 0.05
+    assert directory.derived_from_memory("acme", credential, generation) is None
