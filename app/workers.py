@@ -78,15 +78,16 @@ def bound_malloc_arenas() -> bool:
     """Let glibc's malloc keep at most `MALLOC_ARENAS` arenas in this process and the
     workers it forks (set before any thread starts); True if set.
 
-    Each thread that allocates while another holds an arena gets an arena of its own, up
-    to 8 per core, and an arena keeps the memory freed in it for reuse instead of handing
-    it back. A big response passes its batches through several threads (the pool that
-    formats them ahead, Starlette's thread that iterates the body), and each batch's text
-    (5.5 MB per 10k files) is a malloc'd bytes object: after four 1M-file responses at
-    once, the two workers of a 2-core server kept about 160 MB more than before them, 80 MB
-    with two arenas (`bench/query_e2e.py --concurrent 4`). Python's small objects and
-    Arrow's buffers have allocators of their own; only the bigger Python objects (batch
-    text, pipe reads) meet the arenas' lock. `MALLOC_ARENA_MAX` in the environment wins.
+    Each thread that allocates gets an arena of its own, up to 8 per core, and an arena
+    keeps the memory freed in it for reuse instead of handing it back. A big response
+    passes its batches through several threads (the pool that formats them ahead,
+    Starlette's thread that iterates the body), and each batch's text (5.5 MB per 10k
+    files) is a malloc'd bytes object. With four 1M-file responses at once on a 2-core
+    server, the processes' anonymous memory at the peak was 441-442 MB with glibc's
+    default and 392-411 MB with two arenas (`bench/query_e2e.py --concurrent 4`, runs
+    alternated). Python's small objects and Arrow's buffers have allocators of their own;
+    only the bigger Python objects (batch text, pipe reads) meet the arenas' locks.
+    `MALLOC_ARENA_MAX` in the environment wins.
     """
     if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
         return False

@@ -336,9 +336,8 @@ print(bound)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_a_server_process_keeps_two_malloc_arenas_not_one_per_thread() -> None:
     """Eight threads allocating at once get at most MALLOC_ARENAS arenas after
-    bound_malloc_arenas (each arena keeps the memory freed in it: after four 1M-file
-    responses the workers kept ~160 MB more), one each without it; MALLOC_ARENA_MAX in
-    the environment wins."""
+    bound_malloc_arenas (each arena keeps the memory freed in it), one each without it;
+    MALLOC_ARENA_MAX in the environment wins."""
     from app.workers import MALLOC_ARENAS
 
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
