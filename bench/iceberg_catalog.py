@@ -20,8 +20,11 @@ Server CPU (the server's processes' user + system time) is printed per read and 
 beside the S3 endpoint's and the scans' times: the figure to judge the endpoint by on a
 shared machine.
 
-The scans run twice, against a server without and with `sendfile` for file bodies
-(`limits.sendfile`, app.zero_copy), with pyarrow's direct read timed again before each.
+The scans run against a server without and with `sendfile` for file bodies
+(`limits.sendfile`, app.zero_copy), and with `--compare REF` against REF's server with
+`sendfile` too, pyarrow's direct read timed again before each; `--scan-rounds N` repeats
+them, the order reversed every other round, and a summary gives each variant's median
+ratio and server CPU per file.
 
 With `--compare REF`, the cold loadTable is also timed on a server of git revision REF
 (exported with `git archive`, run with this virtualenv), alternating with this tree's
@@ -29,7 +32,7 @@ server `--cold-runs` times (each a new server and an empty metadata cache): old 
 code in one run, by their server CPU.
 
 Usage: python bench/iceberg_catalog.py [--files N] [--scan-files M] [--rows-per-file R]
-       [--repeat K] [--workers W] [--compare REF] [--cold-runs C]
+       [--repeat K] [--workers W] [--compare REF] [--cold-runs C] [--scan-rounds S]
 """
 
 from __future__ import annotations
@@ -183,9 +186,10 @@ def scan_through_catalog(
     rows: int,
     direct_s: float,
     args: argparse.Namespace,
-) -> None:
+) -> dict[str, tuple[float, float]]:
     """pyarrow through the S3 endpoint, then PyIceberg scans with the folder's key and with a
-    key for named files, against `direct_s` (pyarrow from disk); server CPU from `pid`."""
+    key for named files, against `direct_s` (pyarrow from disk); server CPU from `pid`.
+    Returns, per measure, the wall-time ratio to `direct_s` and the server CPU per file (ms)."""
     from pyiceberg.catalog import load_catalog
 
     catalog = load_catalog("bench", type="rest", uri=f"{base}/iceberg", token=TOKEN, warehouse="s")
@@ -199,14 +203,15 @@ def scan_through_catalog(
     cpu = cpu_seconds(pid)
     over_s3_s, _ = median_time(lambda: pq.read_table(keys, filesystem=fs), args.repeat)
     over_s3_cpu = (cpu_seconds(pid) - cpu) / args.repeat
+    results = {"pyarrow via S3": (over_s3_s / direct_s, over_s3_cpu / args.scan_files * 1000)}
     print(
         f"    pyarrow reading them through the server's S3 endpoint: {over_s3_s:.3f} s "
         f"= {over_s3_s / direct_s:.2f}x; server CPU {over_s3_cpu:.3f} s per read "
         f"({over_s3_cpu / args.scan_files * 1000:.2f} ms per file)"
     )
-    for name, label in (
-        ("scan_s3", "PyIceberg through the catalog, the folder's key"),
-        ("scan_latest", "PyIceberg through the catalog, a key for named files"),
+    for name, label, short in (
+        ("scan_s3", "PyIceberg through the catalog, the folder's key", "PyIceberg, folder key"),
+        ("scan_latest", "PyIceberg through the catalog, a key for named files", "PyIceberg, named"),
     ):
         table = catalog.load_table(f"d.{name}")
         plan_s, _ = median_time(lambda t=table: list(t.scan().plan_files()), args.repeat)
@@ -219,6 +224,8 @@ def scan_through_catalog(
             f"(goal <= 1.3x; planning {plan_s:.3f} s); server CPU {scan_cpu:.3f} s "
             f"per scan ({scan_cpu / args.scan_files * 1000:.2f} ms per file)"
         )
+        results[short] = (scan_s / direct_s, scan_cpu / args.scan_files * 1000)
+    return results
 
 
 def load_average() -> str:
@@ -270,6 +277,12 @@ def main() -> None:
         "--compare", metavar="REF", help="git revision whose cold loadTable is timed too"
     )
     parser.add_argument("--cold-runs", type=int, default=1)
+    parser.add_argument(
+        "--scan-rounds",
+        type=int,
+        default=1,
+        help="times each scan variant runs (order reversed every other round)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lakeshare-iceberg-catalog-bench-"))
     server = None
@@ -364,19 +377,41 @@ def main() -> None:
             f"median of {args.repeat}, server with {args.workers} worker(s):"
         )
         print(f"  pyarrow reading the files directly (baseline): {direct_s:.3f} s")
-        # The same server without and with sendfile (limits.sendfile), one after the other.
-        for sendfile in (False, True):
-            variant = work / f"config-sendfile-{sendfile}.yaml"
-            variant.write_text(json.dumps({**config, "limits": {"sendfile": sendfile}}))
-            base, server = start_server(variant, work, args.workers)
-            direct_s, _ = median_time(read_directly, args.repeat)  # the baseline, again
-            print(
-                f"  file bodies {'with' if sendfile else 'without'} sendfile "
-                f"(pyarrow from disk now {direct_s:.3f} s):"
-            )
-            scan_through_catalog(base, server.pid, parquet_files, rows, direct_s, args)
-            stop(server)
-            server = None
+        # The same server without and with sendfile (limits.sendfile), and with --compare
+        # REF's server with sendfile, one after the other; with --scan-rounds, again in
+        # the reverse order, and so on (old and new code alternating in one run).
+        variants = [("this tree, no sendfile", REPO, False), ("this tree, sendfile", REPO, True)]
+        if args.compare:
+            variants.append((f"{args.compare}, sendfile", trees[1][1], True))
+        found: dict[str, dict[str, list[tuple[float, float]]]] = {v[0]: {} for v in variants}
+        for round_ in range(args.scan_rounds):
+            for label, tree, sendfile in reversed(variants) if round_ % 2 else variants:
+                variant = work / f"config-sendfile-{sendfile}.yaml"
+                variant.write_text(json.dumps({**config, "limits": {"sendfile": sendfile}}))
+                base, server = start_server(variant, work, args.workers, tree=tree)
+                direct_s, _ = median_time(read_directly, args.repeat)  # the baseline, again
+                print(
+                    f"  {label} (pyarrow from disk now {direct_s:.3f} s, "
+                    f"load average {load_average()}):"
+                )
+                measured = scan_through_catalog(
+                    base, server.pid, parquet_files, rows, direct_s, args
+                )
+                for measure, figures in measured.items():
+                    found[label].setdefault(measure, []).append(figures)
+                stop(server)
+                server = None
+        print(
+            f"\n  summary, median of {args.scan_rounds} round(s): wall-time ratio to pyarrow "
+            "from disk / server CPU per file"
+        )
+        for label, measures in found.items():
+            cells = [
+                f"{measure} {statistics.median(r for r, _ in runs):.2f}x / "
+                f"{statistics.median(c for _, c in runs):.2f} ms"
+                for measure, runs in measures.items()
+            ]
+            print(f"    {label}: " + "; ".join(cells))
         print(f"\nload average at end: {load_average()}")
     finally:
         if server is not None:

@@ -75,7 +75,7 @@ def _authorise(request: Request, bucket: str, *, from_memory: bool = False) -> G
         query,
         headers,
         lists,
-        list(request.query_params.multi_items()),
+        list(request.query_params.multi_items()) if query else [],  # most reads have none
         request.client.host if request.client else None,
         from_memory=from_memory,
     )
