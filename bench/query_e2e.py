@@ -25,6 +25,11 @@ snapshot pages included) under 2x the snapshot's store file.
 signing helper processes (the default) and one in its workers (`signingHelper: false`),
 and alternates their runs: the old and the new way in the same load, wall and CPU time.
 
+`--compare-with CHECKOUT` then serves both tables from this checkout's server and from
+the server code of another checkout (say `git worktree add /tmp/old <commit>`), runs
+alternated: the old and the new code in the same load, wall and CPU time per response,
+and whether their bytes match (clock-dependent signatures and expiries masked).
+
 Baseline in the same run: botocore's `generate_presigned_url` for the same number of keys
 (timed on a share and extrapolated). The load average is printed before and after.
 """
@@ -32,8 +37,10 @@ Baseline in the same run: botocore's `generate_presigned_url` for the same numbe
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -129,13 +136,21 @@ def write_config(
     path.write_text(json.dumps(config))  # JSON is YAML
 
 
-def start_server(config: Path, workdir: Path) -> tuple[str, subprocess.Popen[bytes]]:
+def start_server(
+    config: Path, workdir: Path, code: Path | None = None
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """`lakeshare serve` with `config`; `code`: the server's code from that checkout (its
+    packages first on the path) instead of this one's, with this environment."""
     port = free_port()
-    lakeshare = Path(sys.executable).with_name("lakeshare")
+    command = [str(Path(sys.executable).with_name("lakeshare"))]
+    env = {**os.environ, "BENCH_SECRET_KEY": "bench"}
+    if code is not None:
+        command = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
+        env["PYTHONPATH"] = str(code)
     log = open(workdir / "server.log", "ab")  # noqa: SIM115 (lives as long as the process)
     process = subprocess.Popen(
         [
-            str(lakeshare),
+            *command,
             "serve",
             "--config",
             str(config),
@@ -146,7 +161,8 @@ def start_server(config: Path, workdir: Path) -> tuple[str, subprocess.Popen[byt
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "BENCH_SECRET_KEY": "bench"},
+        env=env,
+        cwd=code,
     )
     base = f"http://127.0.0.1:{port}/delta-sharing"
     wait_http(f"{base}/shares", process)
@@ -469,6 +485,78 @@ def compare_signing(args: argparse.Namespace, workdir: Path, endpoint: str, tabl
         )
 
 
+def compare_code(args: argparse.Namespace, workdir: Path, endpoint: str, table: Path) -> None:
+    """Warm responses from two servers at once, this checkout's and `--compare-with`'s (the
+    old code), runs alternated so both see the same load: wall time, the server's CPU per
+    response (helpers included) and whether both sent the same bytes (one response per
+    table and format, its clock-dependent signatures and expiries masked)."""
+    old = Path(args.compare_with).resolve()
+    servers: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
+    try:
+        for label, code in (("new", None), ("old", old)):
+            config = fresh_config(workdir, endpoint, table, label, not args.no_snapshot_cache)
+            servers[label] = start_server(config, workdir, code)
+        for _, server in servers.values():
+            wait_idle(server.pid)
+        cells = {(t, fmt, label): Warm() for t in TABLES for fmt in FORMATS for label in servers}
+        same: dict[tuple[str, str], bool] = {}
+        with httpx.Client(timeout=600) as client:
+            for name in TABLES:
+                for fmt in FORMATS:
+                    digests = {
+                        label: masked_digest(client, base, name, fmt)
+                        for label, (base, _) in servers.items()
+                    }
+                    same[(name, fmt)] = digests["new"] == digests["old"]
+                    for _ in range(args.runs):
+                        for label, (base, server) in servers.items():
+                            cell = cells[(name, fmt, label)]
+                            before = tree_cpu_seconds(server.pid)
+                            _, total, lines = timed_query(client, base, name, fmt)
+                            cell.cpu.append(tree_cpu_seconds(server.pid) - before)
+                            check_lines(lines, args.files)
+                            cell.total.append(total)
+    finally:
+        for _, server in servers.values():
+            stop(server, signal.SIGINT)
+    print(f"\nThis code (new) vs {old} (old), runs alternated (median of {args.runs}):\n")
+    print("| table | format | old: total / CPU | new: total / CPU | CPU new/old | same bytes |")
+    print("|---|---|---|---|---|---|")
+    for name in TABLES:
+        for fmt in FORMATS:
+            before, after = cells[(name, fmt, "old")], cells[(name, fmt, "new")]
+            old_cpu, new_cpu = median(before.cpu), median(after.cpu)
+            label = "S3 (moto)" if name == "s3" else "local"
+            print(
+                f"| {label} | {fmt} | {median(before.total):.2f} s / {old_cpu:.2f} s | "
+                f"{median(after.total):.2f} s / {new_cpu:.2f} s | {new_cpu / old_cpu:.2f} | "
+                f"{'yes' if same[(name, fmt)] else 'NO'} |"
+            )
+
+
+# Clock-dependent parts, and the server's own port in local file URLs.
+_VARYING = re.compile(
+    rb"(X-Amz-Date=|X-Amz-Signature=|exp=|sig=|Timestamp\":|127\.0\.0\.1:)[0-9A-Za-z]+"
+)
+
+
+def masked_digest(client: httpx.Client, base: str, table: str, fmt: str) -> str:
+    """SHA-256 of one whole response with what depends on the clock (signatures, dates,
+    expiries) masked: two servers' responses compare equal when all else is."""
+    digest = hashlib.sha256()
+    tail = b""
+    url = query_url(base, table)
+    with client.stream("POST", url, headers=query_headers(fmt), json={}) as response:
+        response.raise_for_status()
+        for chunk in response.iter_bytes():
+            text = tail + chunk
+            cut = text.rfind(b"\n") + 1
+            digest.update(_VARYING.sub(rb"\1", text[:cut]))
+            tail = text[cut:]
+    digest.update(_VARYING.sub(rb"\1", tail))
+    return digest.hexdigest()
+
+
 def check_lines(lines: int, files: int) -> None:
     if lines != files + 2:
         raise SystemExit(f"a response had {lines:,} lines, not {files + 2:,}")
@@ -541,6 +629,8 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
             # next to it (shared by the workers) count in the server's memory, not here.
             store = workdir / f"snapshots-concurrent-{name}"
             snapshot = sum(f.stat().st_size for f in store.rglob("*.snapshot"))
+            wait_idle(server.pid)
+            rest = memory_bytes(server_pids(server))[0]  # warm, before the measured queries
             for fmt in FORMATS:
                 cpu_start = tree_cpu_seconds(server.pid)
                 alone = curl_seconds(curl_query(base, name, fmt))
@@ -561,8 +651,9 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                 label = "S3 (moto)" if name == "s3" else "local"
                 print(
                     f"| {label} | {fmt} | {alone:.2f} s | {max(times):.2f} s | {ratio:.2f}x | "
-                    f"{peak[0] / 2**20:,.0f} MiB ({peak[0] / snapshot:.2f}x; largest process "
-                    f"RSS {peak[1] / 2**20:,.0f} MiB) | {snapshot / 2**20:,.0f} MiB "
+                    f"{peak[0] / 2**20:,.0f} MiB ({peak[0] / snapshot:.2f}x; at rest "
+                    f"{rest / 2**20:,.0f} MiB; largest process RSS {peak[1] / 2**20:,.0f} MiB) | "
+                    f"{snapshot / 2**20:,.0f} MiB "
                     f"(+ {sidecars / 2**20:,.0f} MiB of file ids) | {cpu_alone:.2f} s / "
                     f"{cpu_all:.2f} s |"
                 )
@@ -600,6 +691,12 @@ def main() -> None:
         help="also time both tables signed in the workers (signingHelper: false) against "
         "the signing helper, runs alternated between two servers",
     )
+    parser.add_argument(
+        "--compare-with",
+        metavar="CHECKOUT",
+        help="also time this code against the server code of another checkout (e.g. a git "
+        "worktree of the old commit), two servers, runs alternated, CPU per response",
+    )
     args = parser.parse_args()
 
     print(f"before: {load_average()}")
@@ -627,6 +724,9 @@ def main() -> None:
             print(load_average())
         if args.compare_signing:
             compare_signing(args, workdir, endpoint, table)
+            print(load_average())
+        if args.compare_with:
+            compare_code(args, workdir, endpoint, table)
             print(load_average())
         concurrent_met = None
         if args.concurrent > 0:

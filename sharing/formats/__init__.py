@@ -163,7 +163,7 @@ def storage_key_column(paths: pa.Array, storage: Storage, table_root: str) -> pa
 
 def _plainly_relative(paths: pa.Array) -> bool:
     """True when no path can be special: none holds '%' or ':' (needed by an encoded or a
-    scheme-qualified path) or starts with '/'. One numpy pass over the bytes, far cheaper
+    scheme-qualified path) or starts with '/'. A byte search over the data, far cheaper
     than the regex, which then only runs on tables that have such characters at all."""
     if not isinstance(paths, pa.StringArray) or paths.null_count:
         return False
@@ -174,7 +174,8 @@ def _plainly_relative(paths: pa.Array) -> bool:
     offsets = np.frombuffer(buffers[1], np.int32, n + 1, paths.offset * 4)
     first, last = int(offsets[0]), int(offsets[-1])
     data = np.frombuffer(buffers[2], np.uint8, last - first, first)
-    if (data == ord("%")).any() or (data == ord(":")).any():
+    text = data.tobytes()  # `in` on bytes is a memchr, far cheaper than two numpy passes
+    if b"%" in text or b":" in text:
         return False
     starts = offsets[:-1][offsets[:-1] < offsets[1:]] - first  # non-empty paths
     return not (data[starts] == ord("/")).any()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeAlias
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -111,10 +112,12 @@ def json_string_map_pieces(values: pa.MapArray) -> list[Piece]:
     names = keys.slice(0, width).to_pylist()
     columns = []
     for j, name in enumerate(names):
-        at = pa.array(range(j, n * width, width), pa.int64())
-        if name is None or not pc.all(pc.equal(keys.take(at), name)).as_py():
+        # One partition column (the common case) is the map's own key and item columns.
+        at = None if width == 1 else pa.array(np.arange(j, n * width, width, dtype=np.int64))
+        column_keys = keys if at is None else keys.take(at)
+        if name is None or not pc.all(pc.equal(column_keys, name)).as_py():
             return [json_string_map(values)]
-        columns.append(items.take(at))
+        columns.append(items if at is None else items.take(at))
     pieces: list[Piece] = []
     for j, (name, column) in enumerate(zip(names, columns, strict=True)):
         pieces.append(("{" if j == 0 else ",") + orjson.dumps(name).decode() + ":")

@@ -2,10 +2,13 @@
 
 A URL names the table (share/schema/table as configured) and the file's path relative to
 the table root, the recipient and credential it was handed to (`rcp`, `cid`), and carries
-an expiry and an HMAC-SHA256 over exactly those and the recipient's generation and
-properties (`UrlHolder.stamp`, not written in the URL), so it cannot be replayed for another
-file, another table or after it expires, and a download is attributed to its recipient in
-the audit trail without the URL being re-attributable by editing it. The `sp=r` parameter
+an expiry and a signature (`sig`): a keyed tag of the recipient's generation and properties
+(`UrlHolder.stamp`, which the URL does not show), then an HMAC-SHA256 over the expiry, the
+holder, that tag and the path. So it cannot be replayed for another file, another table or
+after it expires, a download is attributed to its recipient in the audit trail without the
+URL being re-attributable by editing it, and the verifier checks the whole signature before
+it looks the recipient up (a forged URL never costs a store query); the recipient's current
+stamp must then give the same tag. The `sp=r` parameter
 marks the URL as pre-signed for delta-kernel-rs, which only fetches http(s) paths over
 plain HTTP when the query looks like a signed URL.
 
@@ -36,7 +39,11 @@ from sharing.presign.prepared_hmac import DIGEST_SIZE, PREFIXED, PreparedHmac
 from sharing.presign.url_paths import plain_column, relative_column
 
 _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
-_KEY_LABEL = b"lakeshare/local-file-url/v3"  # v2: the holder is signed; v3: its stamp too
+# v2: the holder is signed; v3: its stamp too; v4: the stamp's tag, written in `sig`
+_KEY_LABEL = b"lakeshare/local-file-url/v4"
+STAMP_TAG_CHARS = 24
+"""Hex characters of the stamp's tag that open a URL's `sig` (96 bits)."""
+SIGNATURE_CHARS = STAMP_TAG_CHARS + 2 * DIGEST_SIZE
 
 
 # Keys are derived once per secret and table, not once per request (a signer is made for
@@ -74,9 +81,10 @@ class UrlHolder:
     credential_id: str | None = None
     stamp: str = ""
 
-    def signed_part(self) -> bytes:
-        """What the signature covers of the holder, between the expiry and the path."""
-        return f"{self.recipient}\x00{self.credential_id or ''}\x00{self.stamp}\x00".encode()
+    def signed_part(self, tag: str) -> bytes:
+        """What the signature covers of the holder, between the expiry and the path: its
+        names and `tag`, its stamp's (`stamp_tag`)."""
+        return f"{self.recipient}\x00{self.credential_id or ''}\x00{tag}\x00".encode()
 
     def query(self) -> str:
         """The URL parameters naming the holder."""
@@ -86,11 +94,25 @@ class UrlHolder:
         return text
 
 
-def url_signature(key: bytes, relative_path: str, expires_ms: int, holder: UrlHolder) -> str:
-    """The `sig` parameter: hex HMAC-SHA256 of the expiry, the holder and the decoded
-    relative path (names never hold NUL, so the message is unambiguous)."""
-    message = f"{expires_ms}\x00".encode() + holder.signed_part() + relative_path.encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+@lru_cache(maxsize=4096)
+def stamp_tag(key: bytes, stamp: str) -> str:
+    """A holder's stamp as a URL may show it: keyed with the table's key, so the URL says
+    nothing of the generation or properties behind it, yet a verifier that has checked a
+    URL's signature knows which stamp it was signed for before it asks for the holder's."""
+    digest = hmac.digest(key, b"holder-stamp\x00" + stamp.encode(), "sha256")
+    return digest.hex()[:STAMP_TAG_CHARS]
+
+
+def url_signature(
+    key: bytes, relative_path: str, expires_ms: int, holder: UrlHolder, tag: str | None = None
+) -> str:
+    """The `sig` parameter: the tag of the holder's stamp (`tag`, else `stamp_tag` of
+    `holder.stamp`), then the hex HMAC-SHA256 of the expiry, the holder, that tag and the
+    decoded relative path (names never hold NUL, so the message is unambiguous)."""
+    if tag is None:
+        tag = stamp_tag(key, holder.stamp)
+    message = f"{expires_ms}\x00".encode() + holder.signed_part(tag) + relative_path.encode()
+    return tag + hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +163,10 @@ class LocalSigner:
         self._url_prefix = f"{prefix}/files/{table.url_prefix()}/"
         self._root_prefix = table_root.rstrip("/") + "/"
         self._ttl_ms = ttl_seconds * 1000
-        self._holder_signed = holder.signed_part()
+        tag = stamp_tag(self._key, holder.stamp)
+        self._holder_signed = holder.signed_part(tag)
         self._holder_query = holder.query()
+        self._tag = tag
         self._marker = f"&{COPY_PARAMETER}=1" if table.copy else ""
 
     def sign(self, keys: Sequence[str]) -> SignedUrls:
@@ -185,6 +209,6 @@ class LocalSigner:
                 ],
                 pa.string(),
             )
-        query = f"?exp={expires}&{self._holder_query}&sp=r{self._marker}&sig="
+        query = f"?exp={expires}&{self._holder_query}&sp=r{self._marker}&sig={self._tag}"
         pieces = (self._url_prefix, path, query, signatures)
         return SignedColumn(pieces, expires, json_safe(self._url_prefix + query))

@@ -2,16 +2,19 @@
 local signer, verifying what it signed.
 
 A request is honoured only when its signature matches the table, relative path, holder
-(recipient and credential) and expiry it names, and the holder's current generation and
-properties (`UrlHolder.stamp`); the expiry is in the future; the holder is still admitted
+(recipient and credential), expiry and stamp tag it names; the expiry is in the future;
+the holder's current generation and properties (`UrlHolder.stamp`) give that tag; the
+holder is still admitted
 as its bearer token would be — the credential usable, the recipient enabled and not
 expired (sharing.recipients.directory.derived) — and still granted the table's share; the
 table is in the configuration; and the path, once symlinks are resolved, stays inside that
 table's directory (its compatible copy's, for a URL marked as a copy's: sharing.copies).
 The holder's state comes from the directory's cache, so a URL stops working within
 `store.cacheSeconds` of a delete, re-creation, property change, revocation, disable or
-ungrant, as the bearer token does. Any failure of the signature or the path is the same
-403, so probing reveals nothing about the disk.
+ungrant, as the bearer token does. The signature and the expiry are checked first, from
+the URL and the configuration alone: a forged URL costs an HMAC, never a lookup of the
+recipient it names (a store query on a cache miss). Any failure of the signature or the
+path is the same 403, so probing reveals nothing about the disk.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from sharing.catalog import SharedTable
 from sharing.copies import copy_location
 from sharing.errors import Forbidden, ResourceNotFound, SharingError
 from sharing.numbers import INT64, NotAnInteger, OutOfRange, parse_integer
-from sharing.presign.local import UrlHolder, derive_master_key, table_key, url_signature
+from sharing.presign.local import (
+    SIGNATURE_CHARS,
+    STAMP_TAG_CHARS,
+    UrlHolder,
+    derive_master_key,
+    stamp_tag,
+    table_key,
+    url_signature,
+)
 from sharing.recipients.generations import holder_stamp
 from sharing.recipients.model import Principal, Recipient
 from sharing.recipients.names import Properties
@@ -44,7 +55,7 @@ log = logging.getLogger("lakeshare.files")
 
 CHUNK_BYTES = 1024 * 1024
 _RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)\Z")
-_SIGNATURE = re.compile(r"[0-9a-f]{64}\Z")
+_SIGNATURE = re.compile(rf"[0-9a-f]{{{SIGNATURE_CHARS}}}\Z")
 
 
 class RangeNotSatisfiable(SharingError):
@@ -132,15 +143,11 @@ class FileServer:
             shared = self._catalog.get_table(share, schema, table)
         except ResourceNotFound:
             raise _invalid_signature(holder) from None
-        holders = self._holders
-        current = holders.current(holder.recipient) if holders is not None else None
-        if holders is not None:
-            if current is None:  # no recipient of this name now: nothing verifies
-                raise _invalid_signature(holder)
-            stamp = holder_stamp(current.generation, current.properties)
-            holder = UrlHolder(holder.recipient, holder.credential_id, stamp)
+        # The signature first, from the URL alone: the stamp it was signed for travels in
+        # it as a tag, so nobody makes the server look up a name without a valid signature.
         key = table_key(self._master, shared.share, shared.schema, shared.name, copy)
-        expected = url_signature(key, relative, expires_ms, holder)
+        tag = signature[:STAMP_TAG_CHARS]
+        expected = url_signature(key, relative, expires_ms, holder, tag)
         if not hmac.compare_digest(expected, signature):
             raise _invalid_signature(holder)
         # The signature holds: from here on, the holder is verified.
@@ -150,6 +157,13 @@ class FileServer:
                 "The URL has expired.",
                 Refusal(Reason.URL_EXPIRED, holder.recipient, holder.credential_id),
             )
+        holders = self._holders
+        current = holders.current(holder.recipient) if holders is not None else None
+        if holders is not None:
+            # Signed for the recipient of the name it held then: it must be the one now.
+            stamp = "" if current is None else holder_stamp(current.generation, current.properties)
+            if current is None or not hmac.compare_digest(stamp_tag(key, stamp), tag):
+                raise _invalid_signature(holder)
         properties: Properties = ()
         if holders is not None and current is not None:
             # As its bearer token would be now (URLs are fetched from anywhere: like a

@@ -193,6 +193,19 @@ def _held(
     return reached, release
 
 
+def _noticed(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> threading.Event:
+    """From now on, calls of `owner.name` go through, and set the event returned."""
+    called = threading.Event()
+    real = getattr(owner, name)
+
+    def noticed(*args: Any, **kwargs: Any) -> Any:
+        called.set()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, noticed)
+    return called
+
+
 def _on_thread(name: str) -> Callable[[], bool]:
     return lambda: threading.current_thread().name == name
 
@@ -398,20 +411,14 @@ def test_a_cold_query_arriving_after_a_commit_does_not_join_an_older_load(
     load_held, release = _held(
         monkeypatch, deltalog.snapshot.CheckpointRows, "tombstones", _on_thread("snapshot-load")
     )
-    joined = threading.Event()  # the second query asked the load under way for its head
-    real_wait_head = SnapshotLoading.wait_head
-
-    def wait_head(loading: SnapshotLoading) -> Any:
-        joined.set()
-        return real_wait_head(loading)
-
     try:
         with run_server(_config(root, None), tmp_path / "a") as server:
             streamed = _Streamed(server.url(QUERY))
             assert load_held.wait(WAIT) and streamed.first_file.wait(WAIT)
             assert _commit(root) == version + 1
             newer_expected = _expected(root)
-            monkeypatch.setattr(SnapshotLoading, "wait_head", wait_head)
+            # set once a query asks the load under way for its head
+            joined = _noticed(monkeypatch, SnapshotLoading, "wait_head")
             second = _Streamed(server.url(QUERY))
             assert joined.wait(WAIT)  # the second query reached the load under way
             release.set()
@@ -569,20 +576,14 @@ def test_a_cold_query_after_a_commit_does_not_take_an_older_loads_result(
     load_held, release = _held(
         monkeypatch, deltalog.snapshot, "read_commits", _on_thread("snapshot-load")
     )
-    joined = threading.Event()
-    real_wait_head = SnapshotLoading.wait_head
-
-    def wait_head(loading: SnapshotLoading) -> Any:
-        joined.set()
-        return real_wait_head(loading)
-
     try:
         with run_server(_config(root, None), tmp_path / "a") as server:
             first = _Streamed(server.url(QUERY))
             assert load_held.wait(WAIT)
             assert _commit(root) == version + 1
             newer_expected = _expected(root)
-            monkeypatch.setattr(SnapshotLoading, "wait_head", wait_head)
+            # set once a query asks the load under way for its head
+            joined = _noticed(monkeypatch, SnapshotLoading, "wait_head")
             second = _Streamed(server.url(QUERY))
             assert joined.wait(WAIT)
             release.set()

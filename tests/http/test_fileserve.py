@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -263,3 +264,66 @@ def test_http_no_bearer_token_needed_but_signature_is(server: RunningServer) -> 
     url, _ = _file_urls(server)[0]
     assert httpx.get(url).status_code == 200
     assert httpx.get(url.replace("sig=", "sig=x")).status_code == 403
+
+
+def test_a_forged_url_is_refused_before_the_store_is_asked(tmp_path: Path) -> None:
+    """An unauthenticated client forging file URLs for made-up recipients makes the server
+    check the signature, never look the names up: no statement reaches the real SQLite
+    store (counted by SQLAlchemy's own cursor events on the store's engine) while the
+    forgeries are refused with the same 403 as ever. A genuine URL of a store recipient
+    still opens its file, after the store lookup that its holder's state needs."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import event
+
+    from app.main import create_app
+    from sharing.config import load_config
+    from tests.support.recipients import create_recipient
+    from tests.support.server import TEST_BEARER_TOKEN, sales_share, write_test_config
+
+    table = {"name": "t", "location": str(CORPUS / "levi/dat/basic_append/delta")}
+    config_file = write_test_config(
+        tmp_path / "lakeshare.yaml", [sales_share([table])], tmp_path / "store.db"
+    )
+    profile = create_recipient(
+        config_file,
+        "http://testserver/delta-sharing",
+        "acme",
+        "--share",
+        "sales",
+        out=tmp_path / "acme.share",
+    )
+    app = create_app(load_config(config_file))
+    store = app.state.recipients.store
+    statements: list[str] = []
+
+    def executed(conn: Any, cursor: Any, statement: str, parameters: Any, *rest: Any) -> None:
+        statements.append(f"{statement} {parameters}")
+
+    event.listen(store.engine, "before_cursor_execute", executed)
+    query = "/delta-sharing/shares/sales/schemas/d/tables/t/query"
+    with TestClient(app) as client:
+        for token in (TEST_BEARER_TOKEN, profile["bearerToken"]):
+            listed = client.post(query, json={}, headers={"Authorization": f"Bearer {token}"})
+            assert listed.status_code == 200
+        lines = [orjson.loads(line) for line in listed.text.splitlines()]
+        genuine = httpx.URL(next(line["file"]["url"] for line in lines if "file" in line))
+        assert genuine.params["rcp"] == "acme"
+        statements.clear()
+
+        forged = [genuine.copy_merge_params({"rcp": f"mallory-{i}"}) for i in range(20)] + [
+            genuine.copy_merge_params({"rcp": f"eve-{i}", "sig": "ab" * 44}) for i in range(20)
+        ]
+        for url in forged:
+            answer = client.get(str(url).removeprefix("http://testserver"))
+            assert answer.status_code == 403
+            body = answer.json()
+            assert body["errorCode"] == "PERMISSION_DENIED"
+            assert body["message"].startswith("The URL signature is invalid")
+        # What the recipients' side reads: their rows, their credentials, their change
+        # counter (the catalog's own counter is read on its schedule, recipients or not).
+        lookups = [s for s in statements if "recipient" in s.lower() or "credential" in s]
+        assert lookups == []
+
+        opened = client.get(str(genuine).removeprefix("http://testserver"))
+        assert opened.status_code == 200
+        assert any("recipients" in s for s in statements)
