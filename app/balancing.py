@@ -7,10 +7,13 @@ core's worth of GIL while its sibling idles (measured with `bench/query_e2e.py`:
 1M-file responses on one worker, one on the other; each of the three took 2.6x as long as
 the fourth). Here each worker publishes how many connections it holds in a small array
 shared by all workers (made by the supervisor before the fork), accepts one connection at
-a time, and a worker holding more than the least busy live sibling waits `DEFER_SECONDS`
-before accepting, so the sibling takes the connection; if the sibling does not (busy, or
-gone), the connection is accepted after the wait anyway. Counts are only hints: a race
-costs balance, never a connection.
+a time, and a worker holding more than the least busy live sibling leaves the connection
+to it: it looks again every `DEFER_SECONDS` until the connection is gone from the backlog
+(the sibling took it) or it is no longer the busier one, and accepts it itself only after
+`DEFER_LIMIT_SECONDS` (the sibling is stalled or gone). One short wait was not enough on a
+loaded machine: the sibling's event loop, itself streaming a response, often woke later
+than that, and four queries at once were split 3 to 1 in three runs of five (2026-11-27,
+load 7-10). Counts are only hints: a race costs balance, never a connection.
 """
 
 from __future__ import annotations
@@ -19,18 +22,21 @@ import asyncio
 import contextlib
 import logging
 import mmap
+import select
 import socket
 import struct
 from typing import Any
 
 import uvicorn
 
-__all__ = ["DEFER_SECONDS", "BalancedServer", "WorkerLoads", "WorkerSlot"]
+__all__ = ["DEFER_LIMIT_SECONDS", "DEFER_SECONDS", "BalancedServer", "WorkerLoads", "WorkerSlot"]
 
 log = logging.getLogger("lakeshare.workers")
 
-# How long a busier worker leaves a waiting connection to a less busy sibling.
-DEFER_SECONDS = 0.01
+# How often a busier worker looks whether a less busy sibling took the waiting connection,
+# and how long it leaves the connection to it at most.
+DEFER_SECONDS = 0.005
+DEFER_LIMIT_SECONDS = 0.2
 _COUNT = struct.Struct("<q")
 _GONE = -1  # a slot whose worker is not serving (not started, exited): never compared
 
@@ -118,8 +124,8 @@ class BalancedServer(uvicorn.Server):
         listening.setblocking(False)
         while True:
             await _readable(loop, listening)
-            if self.slot.busier_than_a_sibling():
-                await asyncio.sleep(DEFER_SECONDS)  # a less busy sibling takes it
+            if not await self._left_to_a_sibling(listening):
+                continue  # a sibling took it
             try:
                 connection, _ = listening.accept()
             except (BlockingIOError, InterruptedError):
@@ -133,6 +139,18 @@ class BalancedServer(uvicorn.Server):
             self._setting_up.add(task)
             task.add_done_callback(self._setting_up.discard)
 
+    async def _left_to_a_sibling(self, listening: socket.socket) -> bool:
+        """While this worker is busier than a live sibling, leave the waiting connection to
+        it; True when this worker should accept it after all (still waiting, and no longer
+        busier, or the limit passed), False when it is gone (a sibling took it)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + DEFER_LIMIT_SECONDS
+        while self.slot.busier_than_a_sibling() and loop.time() < until:
+            await asyncio.sleep(DEFER_SECONDS)
+            if not _waiting(listening):
+                return False
+        return True
+
     async def _set_up(self, loop: asyncio.AbstractEventLoop, connection: socket.socket) -> None:
         connection.setblocking(False)
         try:
@@ -141,6 +159,13 @@ class BalancedServer(uvicorn.Server):
             self.slot.add(-1)
             log.debug("connection not set up: %s", exc)
             connection.close()
+
+
+def _waiting(listening: socket.socket) -> bool:
+    """Does a connection still wait in `listening`'s backlog (without taking it)?"""
+    poller = select.poll()
+    poller.register(listening, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 async def _readable(loop: asyncio.AbstractEventLoop, listening: socket.socket) -> None:

@@ -186,7 +186,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     prepare_metrics_dir(config)  # before anything imports prometheus-client (app.main does)
     from app.main import create_app
-    from app.workers import worker_count
+    from app.workers import bound_malloc_arenas, worker_count
+
+    bound_malloc_arenas()  # before the app starts threads or forks workers
 
     if args.workers is not None and args.workers < 0:
         return _fail("--workers must be 0 or more", 2)

@@ -629,6 +629,8 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
             # next to it (shared by the workers) count in the server's memory, not here.
             store = workdir / f"snapshots-concurrent-{name}"
             snapshot = sum(f.stat().st_size for f in store.rglob("*.snapshot"))
+            wait_idle(server.pid)
+            rest = memory_bytes(server_pids(server))[0]  # warm, before the measured queries
             for fmt in FORMATS:
                 cpu_start = tree_cpu_seconds(server.pid)
                 alone = curl_seconds(curl_query(base, name, fmt))
@@ -649,8 +651,9 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                 label = "S3 (moto)" if name == "s3" else "local"
                 print(
                     f"| {label} | {fmt} | {alone:.2f} s | {max(times):.2f} s | {ratio:.2f}x | "
-                    f"{peak[0] / 2**20:,.0f} MiB ({peak[0] / snapshot:.2f}x; largest process "
-                    f"RSS {peak[1] / 2**20:,.0f} MiB) | {snapshot / 2**20:,.0f} MiB "
+                    f"{peak[0] / 2**20:,.0f} MiB ({peak[0] / snapshot:.2f}x; at rest "
+                    f"{rest / 2**20:,.0f} MiB; largest process RSS {peak[1] / 2**20:,.0f} MiB) | "
+                    f"{snapshot / 2**20:,.0f} MiB "
                     f"(+ {sidecars / 2**20:,.0f} MiB of file ids) | {cpu_alone:.2f} s / "
                     f"{cpu_all:.2f} s |"
                 )

@@ -4,9 +4,12 @@ when one dies, and all stop with the supervisor."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,8 +21,9 @@ import delta_sharing
 import httpx
 import orjson
 import pytest
+import uvicorn
 
-from app.balancing import WorkerLoads
+from app.balancing import DEFER_LIMIT_SECONDS, BalancedServer, WorkerLoads
 from app.workers import run_workers, worker_count
 from deltalog.snapshot_store import SUFFIX
 from tests.app.test_cli import announced_url, write_config
@@ -248,3 +252,107 @@ def test_worker_loads_compare_live_siblings_across_a_fork() -> None:
     assert first.busier_than_a_sibling()
     loads.gone(1)  # exited: no longer compared
     assert not first.busier_than_a_sibling()
+
+
+def _accepted_by_the_busier_worker(sibling_wakes_after: float | None) -> tuple[bool, float]:
+    """One connection waits while worker 0 holds two connections and its live sibling
+    none; the sibling accepts it `sibling_wakes_after` seconds later (None: never, a
+    stalled sibling). (Did worker 0 accept it, seconds until it was taken.)"""
+    loads = WorkerLoads(2)
+    busy, sibling = loads.slot(0), loads.slot(1)
+    busy.start()
+    busy.add(2)
+    sibling.start()
+    server = BalancedServer(uvicorn.Config(app=None), busy)
+    accepted: list[socket.socket] = []
+
+    async def set_up(loop: asyncio.AbstractEventLoop, connection: socket.socket) -> None:
+        accepted.append(connection)  # the busier worker took it (no protocol needed here)
+
+    server._set_up = set_up  # type: ignore[method-assign]
+    listening = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listening.getsockname())
+    taken: list[socket.socket] = []
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+
+        def sibling_accepts() -> None:
+            with contextlib.suppress(BlockingIOError):
+                taken.append(listening.accept()[0])
+                sibling.add(1)
+
+        if sibling_wakes_after is not None:
+            loop.call_later(sibling_wakes_after, sibling_accepts)
+        accepting = loop.create_task(server._accept(listening))
+        while not (accepted or taken) and loop.time() - start < 5:
+            await asyncio.sleep(0.001)
+        elapsed = loop.time() - start
+        accepting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await accepting
+        return elapsed
+
+    try:
+        elapsed = asyncio.run(scenario())
+        assert len(accepted) + len(taken) == 1
+        return bool(accepted), elapsed
+    finally:
+        for each in (*accepted, *taken, client, listening):
+            each.close()
+
+
+def test_a_busier_worker_leaves_a_connection_to_a_sibling_that_wakes_late() -> None:
+    """The sibling's event loop, busy streaming a response on a loaded machine, wakes 60 ms
+    after the connection arrives: the busier worker still leaves it to the sibling (one
+    10 ms wait did not: four queries at once were split 3 to 1). A stalled sibling costs
+    the connection at most DEFER_LIMIT_SECONDS, then the busier worker takes it."""
+    by_busier, _ = _accepted_by_the_busier_worker(0.06)
+    assert not by_busier
+    by_busier, elapsed = _accepted_by_the_busier_worker(None)
+    assert by_busier and DEFER_LIMIT_SECONDS <= elapsed < DEFER_LIMIT_SECONDS + 1
+
+
+_ARENAS_USED = """
+import ctypes, sys, threading
+from app.workers import bound_malloc_arenas
+bound = bound_malloc_arenas() if sys.argv[1] == "bound" else False
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+ready = threading.Barrier(8)
+def allocate():
+    ready.wait()  # all at once: each thread's first malloc picks its arena
+    libc.free(libc.malloc(1 << 20))
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc.malloc_stats()  # one "Arena N:" section per arena, on stderr
+print(bound)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_a_server_process_keeps_two_malloc_arenas_not_one_per_thread() -> None:
+    """Eight threads allocating at once get at most MALLOC_ARENAS arenas after
+    bound_malloc_arenas (each arena keeps the memory freed in it), one each without it;
+    MALLOC_ARENA_MAX in the environment wins."""
+    from app.workers import MALLOC_ARENAS
+
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+
+    def arenas(mode: str, **extra: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-c", _ARENAS_USED, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO_ROOT,
+            env={**env, **extra},
+        )
+        return done.stderr.count("Arena "), done.stdout.strip()
+
+    assert arenas("bound") == (MALLOC_ARENAS, "True")
+    assert arenas("unbound")[0] > MALLOC_ARENAS
+    assert arenas("bound", MALLOC_ARENA_MAX="4") == (4, "False")
