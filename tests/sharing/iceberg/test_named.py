@@ -149,3 +149,40 @@ def test_a_keys_scope_is_signed_and_follows_the_slice() -> None:
     edited = "LS3." + base64.urlsafe_b64encode(json.dumps(document).encode()).decode().rstrip("=")
     assert keys.read_token(edited).scope == slice_scope(sees_b)
     assert keys.secret_for("secret", edited) != key.secret_access_key
+
+
+def test_names_from_memory_answers_as_names_once_kept_and_declines_before(
+    tmp_path: Path,
+) -> None:
+    """The S3 endpoint's event-loop path: `names_from_memory` says None (go to the thread
+    pool) while the slice's set is not kept or the table's latest snapshot is not in memory
+    (listed within `refreshWindowMs`), and otherwise answers exactly as `names`, generated
+    files included."""
+    metadata = IcebergMetadata(
+        tmp_path / "cache", TableService(make_config({"refreshWindowMs": 600_000}))
+    )
+    location = corpus_table("levi/dat/basic_partitioned/delta")
+    parsed = parse_partition_filter("letter = current_recipient('letter')")
+    shared = replace(
+        _shared(location), partition_filter=bind(parsed, (("letter", "a"),)), recipient="r"
+    )
+    named = NamedFiles(metadata)
+    files = _parquet(location)
+    inside = sorted(f for f in files if f.startswith("letter=a/"))
+    assert named.names_from_memory(shared, BUCKET, inside[0]) is None  # nothing loaded yet
+    assert named.names(shared, BUCKET, inside[0])
+    generated = metadata.generate(shared, bucket=BUCKET)
+    root = metadata.generated_root(shared, BUCKET)
+    json_key = GENERATED_PREFIX + generated.metadata_path.relative_to(root).as_posix()
+    keys_ = [*files, json_key, "_delta_log/00000000000000000000.json", GENERATED_PREFIX + "../x"]
+    assert [named.names_from_memory(shared, BUCKET, k) for k in keys_] == [
+        named.names(shared, BUCKET, k) for k in keys_
+    ]
+    # Another slice of the same table: its set is not kept yet.
+    other = replace(shared, partition_filter=bind(parsed, (("letter", "b"),)), recipient="q")
+    assert named.names_from_memory(other, BUCKET, inside[0]) is None
+    # Past the refresh window the latest snapshot needs a listing: not from memory.
+    short = IcebergMetadata(tmp_path / "cache2", TableService(make_config({"refreshWindowMs": 0})))
+    fresh_only = NamedFiles(short)
+    assert fresh_only.names(shared, BUCKET, inside[0])
+    assert fresh_only.names_from_memory(shared, BUCKET, inside[0]) is None
