@@ -111,3 +111,30 @@ def test_awkward_values_round_trip(tmp_path: Path, delta_format: bool) -> None:
 
 def _none(value: object) -> object:
     return None if value is None or value != value else value
+
+
+def test_names_with_line_separators_list(tmp_path: Path) -> None:
+    """Listing bodies are read line by line by the official client as well: a share,
+    schema and table name holding U+2028/U+2029/U+0085 lists and reads."""
+    _table(tmp_path / "t", ["a", "b"])
+    share, schema, table = "s\u2028h", "d\u2029", "t\u2028"
+    config = make_config(
+        {
+            "shares": [
+                {
+                    "name": share,
+                    "schemas": [
+                        {
+                            "name": schema,
+                            "tables": [{"name": table, "location": str(tmp_path / "t")}],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    with run_server(config, tmp_path / "server") as server:
+        client = delta_sharing.SharingClient(str(server.profile_path))
+        assert [s.name for s in client.list_shares()] == [share]
+        listed = client.list_all_tables()
+        assert [(t.share, t.schema, t.name) for t in listed] == [(share, schema, table)]
