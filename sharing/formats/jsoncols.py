@@ -31,10 +31,19 @@ _LINE_BREAK_BYTES = tuple((raw.encode(), escape.encode()) for raw, escape in _LI
 def escape_line_breaks(text: bytes) -> bytes:
     """JSON text with U+0085, U+2028 and U+2029 escaped (they only occur inside strings,
     so the replacement keeps every value as it was)."""
+    if not _may_hold_line_breaks(text):
+        return text
     for raw, escape in _LINE_BREAK_BYTES:
         if raw in text:
             text = text.replace(raw, escape)
     return text
+
+
+def _may_hold_line_breaks(text: bytes) -> bool:
+    """Whether `text` (UTF-8) holds a lead byte of U+0085 or U+2028/U+2029: two byte
+    searches (memchr), several times cheaper than a search for the characters' bytes,
+    which then runs only on text that has such a lead byte."""
+    return b"\xe2" in text or b"\xc2" in text
 
 
 def _inner(text: str) -> str:
@@ -80,9 +89,10 @@ def _escaped(values: pa.Array) -> pa.Array:
         escaped = pc.replace_substring(escaped, "\\", "\\\\")
     if b'"' in text:
         escaped = pc.replace_substring(escaped, '"', '\\"')
-    for raw, escape in _LINE_BREAKS:
-        if raw.encode() in text:
-            escaped = pc.replace_substring(escaped, raw, escape)
+    if _may_hold_line_breaks(text):
+        for raw, escape in _LINE_BREAKS:
+            if raw.encode() in text:
+                escaped = pc.replace_substring(escaped, raw, escape)
     return escaped
 
 
