@@ -9,6 +9,7 @@ import orjson
 from starlette.responses import Response
 
 from sharing.formats import FILE_ID_HASH_HEADER
+from sharing.formats.jsoncols import escape_line_breaks
 from sharing.query import capabilities
 
 __all__ = [
@@ -29,7 +30,9 @@ class JsonResponse(Response):
     media_type = JSON_MEDIA_TYPE
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
+        # The official client reads these bodies with requests' iter_lines too (see
+        # sharing.formats.jsoncols.escape_line_breaks): a name holding U+2028 stays one line.
+        return escape_line_breaks(orjson.dumps(content))
 
 
 def error_response(

@@ -23,6 +23,7 @@ from deltalog.paths import resolve_key
 from deltalog.storage.base import Storage
 from sharing.errors import InvalidParameter
 from sharing.formats.ids import ID_HASHES, IdScheme, compute_ids, hex_ids, id_column
+from sharing.formats.jsoncols import escape_line_breaks
 from sharing.presign.base import SignedColumn, Signer, sign_column
 
 FILE_ID_HASH_HEADER = "fileidhash"
@@ -105,8 +106,9 @@ class FormatWriter(Protocol):
 
 
 def dumps_line(obj: object) -> bytes:
-    """One compact JSON line with its newline."""
-    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+    """One compact JSON line with its newline (line-break characters escaped, see
+    jsoncols.escape_line_breaks)."""
+    return escape_line_breaks(orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE))
 
 
 def file_ids(paths: pa.Array, id_scheme: str) -> pa.Array:

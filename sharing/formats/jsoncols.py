@@ -20,6 +20,36 @@ from sharing.presign.url_paths import string_bytes
 
 Piece: TypeAlias = pa.Array | str
 
+# Characters JSON may leave raw that Python's str.splitlines takes as line ends: the
+# official client reads a response with requests' iter_lines, which splits on them, so a
+# value holding one (a partition value, a string statistic, a comment) would cut its line
+# in two and the client fail on it. Written as \uNNNN escapes they are the same string.
+_LINE_BREAKS = (("\u0085", "\\u0085"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+_LINE_BREAK_BYTES = tuple((raw.encode(), escape.encode()) for raw, escape in _LINE_BREAKS)
+
+
+def escape_line_breaks(text: bytes) -> bytes:
+    """JSON text with U+0085, U+2028 and U+2029 escaped (they only occur inside strings,
+    so the replacement keeps every value as it was)."""
+    if not _may_hold_line_breaks(text):
+        return text
+    for raw, escape in _LINE_BREAK_BYTES:
+        if raw in text:
+            text = text.replace(raw, escape)
+    return text
+
+
+def _may_hold_line_breaks(text: bytes) -> bool:
+    """Whether `text` (UTF-8) holds a lead byte of U+0085 or U+2028/U+2029: two byte
+    searches (memchr), several times cheaper than a search for the characters' bytes,
+    which then runs only on text that has such a lead byte."""
+    return b"\xe2" in text or b"\xc2" in text
+
+
+def _inner(text: str) -> str:
+    """`text` as the inside of a JSON string."""
+    return escape_line_breaks(orjson.dumps(text)[1:-1]).decode()
+
 
 def json_string(values: pa.Array) -> pa.Array:
     """Each value as a quoted, escaped JSON string (null stays null)."""
@@ -33,10 +63,7 @@ def json_string_pieces(pieces: Sequence[Piece], *, safe: bool = False) -> list[P
     needs escaping (sharing.presign.base.SignedColumn.json_safe)."""
     if safe:
         return list(pieces)
-    return [
-        orjson.dumps(piece).decode()[1:-1] if isinstance(piece, str) else _escaped(piece)
-        for piece in pieces
-    ]
+    return [_inner(piece) if isinstance(piece, str) else _escaped(piece) for piece in pieces]
 
 
 def _escaped(values: pa.Array) -> pa.Array:
@@ -62,12 +89,16 @@ def _escaped(values: pa.Array) -> pa.Array:
         escaped = pc.replace_substring(escaped, "\\", "\\\\")
     if b'"' in text:
         escaped = pc.replace_substring(escaped, '"', '\\"')
+    if _may_hold_line_breaks(text):
+        for raw, escape in _LINE_BREAKS:
+            if raw.encode() in text:
+                escaped = pc.replace_substring(escaped, raw, escape)
     return escaped
 
 
 def _escaped_slow(values: pa.Array) -> pa.Array:
     return pa.array(
-        [None if v is None else orjson.dumps(v).decode()[1:-1] for v in values.to_pylist()],
+        [None if v is None else _inner(v) for v in values.to_pylist()],
         pa.string(),
     )
 
@@ -124,7 +155,7 @@ def json_string_map_pieces(values: pa.MapArray) -> list[Piece]:
         columns.append(items if at is None else items.take(at))
     pieces: list[Piece] = []
     for j, (name, column) in enumerate(zip(names, columns, strict=True)):
-        pieces.append(("{" if j == 0 else ",") + orjson.dumps(name).decode() + ":")
+        pieces.append(("{" if j == 0 else ",") + f'"{_inner(name)}":')
         if column.null_count:
             pieces.append(pc.fill_null(json_string(column), "null"))
         else:

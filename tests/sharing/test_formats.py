@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -408,3 +409,25 @@ def test_lines_from_relative_paths_are_the_lines_from_storage_keys(
     relative = pa.array([p for p in paths if ":" not in p and "%" not in p])
     keys = [f"{ROOT}/{p}" for p in relative.to_pylist()]
     assert signed_urls(relative, ctx).urls() == signer.sign(keys).urls
+
+
+def test_json_strings_escape_what_line_splitters_break_on() -> None:
+    """Column escaping (fast and row-by-row paths, map pieces, whole lines) gives the
+    JSON string of every value and leaves no U+0085/U+2028/U+2029 raw: the official
+    client splits a response with str.splitlines, which ends a line at each of them."""
+    from sharing.formats import dumps_line
+    from sharing.formats.jsoncols import concat, json_string, json_string_map_pieces
+
+    values = ["a\u2028b", "c\u2029", "nel\x85", 'q"\\', "ctl\x01\u2028", "plain", None]
+    for column in (pa.array(values), pa.array(values[:3]), pa.array(["ok"] * 50 + values[:1])):
+        quoted = json_string(column).to_pylist()
+        for text, value in zip(quoted, column.to_pylist(), strict=True):
+            assert text is None if value is None else json.loads(text) == value
+            assert text is None or text.splitlines() == [text]
+    maps = pa.array([[("k\u2028", v)] for v in values], pa.map_(pa.string(), pa.string()))
+    objects = concat(json_string_map_pieces(maps)).to_pylist()
+    assert [json.loads(o)["k\u2028"] for o in objects] == values
+    assert all(o.splitlines() == [o] for o in objects)
+    line = dumps_line({"comment": "x\u2028y\x85"})
+    assert line.decode().splitlines() == [line.decode().rstrip("\n")]
+    assert json.loads(line) == {"comment": "x\u2028y\x85"}
