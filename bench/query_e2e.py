@@ -48,8 +48,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import boto3
 import httpx
@@ -388,6 +390,29 @@ class Warm:
     cpu: list[float] = field(default_factory=list)
 
 
+K = TypeVar("K")
+
+
+def alternate_runs(
+    client: httpx.Client,
+    servers: Mapping[K, tuple[str, subprocess.Popen[bytes]]],
+    cells: Mapping[tuple[str, str, K], Warm],
+    name: str,
+    fmt: str,
+    args: argparse.Namespace,
+) -> None:
+    """`args.runs` warm queries of one table and format per server, the servers taking
+    turns so that all see the same load: total time and server CPU (helpers included)."""
+    for _ in range(args.runs):
+        for key, (base, server) in servers.items():
+            cell = cells[(name, fmt, key)]
+            before = tree_cpu_seconds(server.pid)
+            _, total, lines = timed_query(client, base, name, fmt)
+            cell.cpu.append(tree_cpu_seconds(server.pid) - before)
+            check_lines(lines, args.files)
+            cell.total.append(total)
+
+
 def fresh_config(
     workdir: Path,
     endpoint: str,
@@ -460,14 +485,7 @@ def compare_signing(args: argparse.Namespace, workdir: Path, endpoint: str, tabl
                 check_lines(timed_query(client, servers[helper][0], name, fmt)[2], args.files)
             for name in TABLES:
                 for fmt in FORMATS:
-                    for _ in range(args.runs):
-                        for helper, (base, server) in servers.items():
-                            cell = cells[(name, fmt, helper)]
-                            before = tree_cpu_seconds(server.pid)
-                            _, total, lines = timed_query(client, base, name, fmt)
-                            cell.cpu.append(tree_cpu_seconds(server.pid) - before)
-                            check_lines(lines, args.files)
-                            cell.total.append(total)
+                    alternate_runs(client, servers, cells, name, fmt, args)
     finally:
         for _, server in servers.values():
             stop(server, signal.SIGINT)
@@ -508,14 +526,7 @@ def compare_code(args: argparse.Namespace, workdir: Path, endpoint: str, table: 
                         for label, (base, _) in servers.items()
                     }
                     same[(name, fmt)] = digests["new"] == digests["old"]
-                    for _ in range(args.runs):
-                        for label, (base, server) in servers.items():
-                            cell = cells[(name, fmt, label)]
-                            before = tree_cpu_seconds(server.pid)
-                            _, total, lines = timed_query(client, base, name, fmt)
-                            cell.cpu.append(tree_cpu_seconds(server.pid) - before)
-                            check_lines(lines, args.files)
-                            cell.total.append(total)
+                    alternate_runs(client, servers, cells, name, fmt, args)
     finally:
         for _, server in servers.values():
             stop(server, signal.SIGINT)

@@ -29,14 +29,12 @@ from functools import lru_cache
 from urllib.parse import quote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from sharing.errors import UnsupportedOperation
 from sharing.hexdigests import hex_array
 from sharing.presign import signing_helper
-from sharing.presign.base import ABSOLUTE_PATHS, SignedColumn, SignedUrls, json_safe
+from sharing.presign.base import SignedColumn, SignedUrls, json_safe
 from sharing.presign.prepared_hmac import DIGEST_SIZE, PREFIXED, PreparedHmac
-from sharing.presign.url_paths import plain_column, relative_column
+from sharing.presign.url_paths import plain_column, relative_to_root
 
 _URL_SAFE_PATH = re.compile(r"[A-Za-z0-9._~/=-]*\Z")
 # v2: the holder is signed; v3: its stamp too; v4: the stamp's tag, written in `sig`
@@ -179,15 +177,7 @@ class LocalSigner:
         column. With the table root as `prefix` (a response's log paths), the values are
         the relative paths as they are, and no key is joined, checked or cut."""
         expires = int(time.time() * 1000) + self._ttl_ms
-        if prefix == self._root_prefix and not keys.null_count:
-            relative = keys
-        else:
-            if prefix:
-                keys = pc.binary_join_element_wise(prefix, keys, "")
-            found = relative_column(keys, self._root_prefix)
-            if found is None:
-                raise UnsupportedOperation(ABSOLUTE_PATHS)
-            relative = found
+        relative = relative_to_root(keys, prefix, self._root_prefix)
         # Every message starts with the expiry and the holder, then the relative path: one
         # HMAC per URL, in the signing helper for a big batch; the URLs themselves are
         # joined column-wise.

@@ -26,12 +26,12 @@ import pyarrow.compute as pc
 from botocore.credentials import Credentials
 
 from deltalog.storage.s3 import S3Storage, split_key
-from sharing.errors import SharingError, UnsupportedOperation
+from sharing.errors import SharingError
 from sharing.hexdigests import hex_array
 from sharing.presign import signing_helper
-from sharing.presign.base import ABSOLUTE_PATHS, SignedColumn, SignedUrls, json_safe
+from sharing.presign.base import SignedColumn, SignedUrls, json_safe
 from sharing.presign.prepared_hmac import DIGEST_SIZE, SIGV4, PreparedHmac
-from sharing.presign.url_paths import PathEncoder, plain_column, relative_column
+from sharing.presign.url_paths import PathEncoder, plain_column, relative_to_root
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_EXPIRES = 7 * 24 * 3600  # SigV4 query auth refuses anything longer
@@ -154,15 +154,7 @@ class S3Signer:
         value), as pieces: the endpoint, the encoded key, the query and the signature
         column. With the table root as `prefix` (a response's log paths), the values are
         the relative paths as they are, and no key is joined, checked or cut."""
-        if prefix == self._root_prefix and not keys.null_count:
-            relative = keys
-        else:
-            if prefix:
-                keys = pc.binary_join_element_wise(prefix, keys, "")
-            found = relative_column(keys, self._root_prefix)
-            if found is None:
-                raise UnsupportedOperation(ABSOLUTE_PATHS)
-            relative = found
+        relative = relative_to_root(keys, prefix, self._root_prefix)
         return self._sign_relative(relative, time.time() if now is None else now)
 
     def _sign_relative(self, relative: pa.Array, now: float) -> SignedColumn:

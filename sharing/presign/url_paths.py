@@ -15,6 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sharing.errors import UnsupportedOperation
+from sharing.presign.base import ABSOLUTE_PATHS
+
 _UNRESERVED = re.compile(r"[A-Za-z0-9._~/-]*\Z")
 _MAX_CACHED_DIRECTORIES = 65_536
 
@@ -81,3 +84,18 @@ def relative_column(keys: pa.Array, root: str) -> pa.Array | None:
     if keys.null_count or not pc.all(pc.starts_with(keys, root)).as_py():
         return None
     return pc.utf8_slice_codeunits(keys, len(root))
+
+
+def relative_to_root(keys: pa.Array, prefix: str, root: str) -> pa.Array:
+    """The paths of `keys` (each `prefix` followed by its value) relative to the table
+    root `root`: the values themselves when `prefix` is the root (a response's plainly
+    relative log paths: nothing joined, checked or cut); a key outside the root is an
+    absolute path the protocol cannot share."""
+    if prefix == root and not keys.null_count:
+        return keys
+    if prefix:
+        keys = pc.binary_join_element_wise(prefix, keys, "")
+    found = relative_column(keys, root)
+    if found is None:
+        raise UnsupportedOperation(ABSOLUTE_PATHS)
+    return found

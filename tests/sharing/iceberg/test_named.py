@@ -49,14 +49,22 @@ def _parquet(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*.parquet")}
 
 
+def _letter_slice(location: Path, letter: str = "a", recipient: str = "r") -> SharedTable:
+    """The table as `recipient` sees it under `letter = current_recipient('letter')` with
+    its property `letter` set to `letter`."""
+    parsed = parse_partition_filter("letter = current_recipient('letter')")
+    return replace(
+        _shared(location),
+        partition_filter=bind(parsed, (("letter", letter),)),
+        recipient=recipient,
+    )
+
+
 def test_a_partition_filter_names_its_slices_files_and_generated_files(
     metadata: IcebergMetadata,
 ) -> None:
     location = corpus_table("levi/dat/basic_partitioned/delta")
-    parsed = parse_partition_filter("letter = current_recipient('letter')")
-    shared = replace(
-        _shared(location), partition_filter=bind(parsed, (("letter", "a"),)), recipient="r"
-    )
+    shared = _letter_slice(location)
     named = NamedFiles(metadata)
     files = _parquet(location)
     inside = {f for f in files if f.startswith("letter=a/")}
@@ -162,10 +170,7 @@ def test_names_from_memory_answers_as_names_once_kept_and_declines_before(
         tmp_path / "cache", TableService(make_config({"refreshWindowMs": 600_000}))
     )
     location = corpus_table("levi/dat/basic_partitioned/delta")
-    parsed = parse_partition_filter("letter = current_recipient('letter')")
-    shared = replace(
-        _shared(location), partition_filter=bind(parsed, (("letter", "a"),)), recipient="r"
-    )
+    shared = _letter_slice(location)
     named = NamedFiles(metadata)
     files = _parquet(location)
     inside = sorted(f for f in files if f.startswith("letter=a/"))
@@ -179,7 +184,7 @@ def test_names_from_memory_answers_as_names_once_kept_and_declines_before(
         named.names(shared, BUCKET, k) for k in keys_
     ]
     # Another slice of the same table: its set is not kept yet.
-    other = replace(shared, partition_filter=bind(parsed, (("letter", "b"),)), recipient="q")
+    other = _letter_slice(location, "b", "q")
     assert named.names_from_memory(other, BUCKET, inside[0]) is None
     # Past the refresh window the latest snapshot needs a listing: not from memory.
     short = IcebergMetadata(tmp_path / "cache2", TableService(make_config({"refreshWindowMs": 0})))
