@@ -24,8 +24,11 @@ Piece: TypeAlias = pa.Array | str
 # official client reads a response with requests' iter_lines, which splits on them, so a
 # value holding one (a partition value, a string statistic, a comment) would cut its line
 # in two and the client fail on it. Written as \uNNNN escapes they are the same string.
-_LINE_BREAKS = (("\u0085", "\\u0085"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
-_LINE_BREAK_BYTES = tuple((raw.encode(), escape.encode()) for raw, escape in _LINE_BREAKS)
+# Each as (character, its escape, the character's UTF-8 bytes, the escape's).
+_LINE_BREAKS = tuple(
+    (raw, f"\\u{ord(raw):04x}", raw.encode(), f"\\u{ord(raw):04x}".encode())
+    for raw in ("\u0085", "\u2028", "\u2029")
+)
 
 
 def escape_line_breaks(text: bytes) -> bytes:
@@ -33,7 +36,7 @@ def escape_line_breaks(text: bytes) -> bytes:
     so the replacement keeps every value as it was)."""
     if not _may_hold_line_breaks(text):
         return text
-    for raw, escape in _LINE_BREAK_BYTES:
+    for _, _, raw, escape in _LINE_BREAKS:
         if raw in text:
             text = text.replace(raw, escape)
     return text
@@ -90,8 +93,8 @@ def _escaped(values: pa.Array) -> pa.Array:
     if b'"' in text:
         escaped = pc.replace_substring(escaped, '"', '\\"')
     if _may_hold_line_breaks(text):
-        for raw, escape in _LINE_BREAKS:
-            if raw.encode() in text:
+        for raw, escape, raw_bytes, _ in _LINE_BREAKS:
+            if raw_bytes in text:
                 escaped = pc.replace_substring(escaped, raw, escape)
     return escaped
 

@@ -13,25 +13,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import orjson
 import pytest
-import yaml
 from botocore.client import BaseClient
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
 from tests.support.postgres import store_url
 from tests.support.recipients import create_recipient, recipients_cli
+from tests.support.s3_endpoint import endpoint_s3
 from tests.support.server import (
-    TEST_BEARER_TOKEN,
-    TEST_SIGNING_SECRET,
     RunningServer,
     history_table,
     run_server,
+    sales_share,
+    write_test_config,
 )
 
 BASIC = CORPUS / "levi/dat/basic_append/delta"
@@ -43,26 +41,14 @@ ASYNC = "responseformat=parquet;asyncquery=true"
 @pytest.fixture(params=["sqlite", "postgresql"])
 def config_file(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     url = store_url(request, request.param, tmp_path / "store.db")
+    assert url is not None
     tables = [
         history_table("basic", BASIC),
         history_table("parts", PARTITIONED),
         history_table("mine", PARTITIONED, partitionFilter="letter = current_recipient('letter')"),
     ]
-    document: dict[str, Any] = {
-        "version": 1,
-        "authorization": {"bearerToken": TEST_BEARER_TOKEN},
-        "signingSecret": TEST_SIGNING_SECRET,
-        "host": "127.0.0.1",
-        "port": 0,
-        "store": {"cacheSeconds": 0, "url": url},
-        "shares": [
-            {"name": "sales", "schemas": [{"name": "d", "tables": tables}]},
-            {"name": "other", "schemas": [{"name": "d", "tables": [history_table("t", BASIC)]}]},
-        ],
-    }
-    path = tmp_path / "server.yaml"
-    path.write_text(yaml.safe_dump(document), encoding="utf-8")
-    return path
+    other = {"name": "other", "schemas": [{"name": "d", "tables": [history_table("t", BASIC)]}]}
+    return write_test_config(tmp_path / "server.yaml", [sales_share(tables), other], url)
 
 
 @pytest.fixture
@@ -126,28 +112,6 @@ def _refused_download(url: str) -> dict[str, Any]:
     return body
 
 
-def _s3(server: RunningServer, token: str, table: str = "basic") -> tuple[BaseClient, str]:
-    """A boto3 client with the key vended to `token` for `table`, and the table's bucket."""
-    reply = httpx.post(
-        server.url(f"{T}/{table}/temporary-table-credentials"), headers=_headers(token), json={}
-    )
-    assert reply.status_code == 200, reply.text
-    creds = reply.json()["credentials"]
-    aws = creds["awsTempCredentials"]
-    client = boto3.client(
-        "s3",
-        endpoint_url=aws["endpoint"],
-        region_name=aws["region"],
-        aws_access_key_id=aws["accessKeyId"],
-        aws_secret_access_key=aws["secretAccessKey"],
-        aws_session_token=aws["sessionToken"],
-        config=Config(
-            signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}
-        ),
-    )
-    return client, creds["location"][len("s3://") : -1]
-
-
 def _access_denied(client: BaseClient, bucket: str) -> None:
     with pytest.raises(ClientError) as error:
         client.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")
@@ -159,12 +123,12 @@ def test_s3_key_of_a_deleted_and_recreated_recipient_is_refused(
     config_file: Path, server: RunningServer, tmp_path: Path
 ) -> None:
     profile = _acme(config_file, server, tmp_path / "acme.share")
-    client, bucket = _s3(server, profile["bearerToken"])
+    client, bucket = endpoint_s3(server, "basic", profile["bearerToken"])
     assert client.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")["KeyCount"] > 0
     new_token = _recreate(config_file, server, tmp_path)
     _access_denied(client, bucket)
     # The new acme's own key works: the refusal is the old key's, not the name's.
-    fresh, bucket = _s3(server, new_token)
+    fresh, bucket = endpoint_s3(server, "basic", new_token)
     assert fresh.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")["KeyCount"] > 0
 
 
@@ -212,7 +176,7 @@ def test_s3_key_stops_when_its_credential_is_rotated_out(
     """(A key of a sliced table — vended through the Iceberg catalog — names its slice, and
     stops when the slice changes: tests/http/test_iceberg_remote.py.)"""
     profile = _acme(config_file, server, tmp_path / "acme.share")
-    client, bucket = _s3(server, profile["bearerToken"])
+    client, bucket = endpoint_s3(server, "basic", profile["bearerToken"])
     assert client.list_objects_v2(Bucket=bucket)["KeyCount"] > 0
     assert recipients_cli(config_file, "rotate", "acme") == 0  # no grace
     _access_denied(client, bucket)

@@ -16,13 +16,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import deltalake
 import httpx
 import pytest
 import yaml
-from botocore.client import BaseClient
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from app.cli import main as cli
@@ -31,6 +28,7 @@ from sharing.presign.local_verify import CHUNK_BYTES
 from sharing.s3 import keys
 from tests.support.corpus import CORPUS
 from tests.support.recipients import create_recipient, recipients_cli
+from tests.support.s3_endpoint import bucket_of, endpoint_client, vend, vended_credentials
 from tests.support.server import (
     TEST_BEARER_TOKEN,
     TEST_SIGNING_SECRET,
@@ -67,56 +65,17 @@ def server(config_file: Path, tmp_path: Path) -> Iterator[RunningServer]:
         yield running
 
 
-def _vend(server: RunningServer, table: str, token: str = TEST_BEARER_TOKEN) -> httpx.Response:
-    return httpx.post(
-        server.url(f"/shares/sales/schemas/d/tables/{table}/temporary-table-credentials"),
-        headers={"Authorization": f"Bearer {token}"},
-        json={},
-    )
-
-
-def _credentials(
-    server: RunningServer, table: str, token: str = TEST_BEARER_TOKEN
-) -> dict[str, Any]:
-    reply = _vend(server, table, token)
-    assert reply.status_code == 200, reply.text
-    body: dict[str, Any] = reply.json()["credentials"]
-    return body
-
-
-def _client(aws: dict[str, str], **override: str) -> BaseClient:
-    values = {**aws, **override}
-    return boto3.client(
-        "s3",
-        endpoint_url=values["endpoint"],
-        region_name=values["region"],
-        aws_access_key_id=values["accessKeyId"],
-        aws_secret_access_key=values["secretAccessKey"],
-        aws_session_token=values["sessionToken"],
-        config=Config(
-            signature_version="s3v4",
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 1},
-        ),
-    )
-
-
-def _bucket(location: str) -> str:
-    assert location.startswith("s3://") and location.endswith("/")
-    return location[len("s3://") : -1]
-
-
 def _code(error: pytest.ExceptionInfo[ClientError]) -> str:
     return str(error.value.response["Error"]["Code"])
 
 
 def test_vended_key_reads_objects_with_ranges(server: RunningServer) -> None:
-    creds = _credentials(server, "basic")
+    creds = vended_credentials(server, "basic")
     aws = creds["awsTempCredentials"]
     assert aws["endpoint"] == server.base_url + "/s3"
     assert creds["expirationTime"] > time.time() * 1000
-    bucket = _bucket(creds["location"])
-    s3 = _client(aws)
+    bucket = bucket_of(creds["location"])
+    s3 = endpoint_client(aws)
     listed = s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")
     names = [item["Key"] for item in listed["Contents"]]
     expected = sorted(
@@ -150,9 +109,9 @@ def test_vended_key_reads_objects_with_ranges(server: RunningServer) -> None:
 
 
 def test_presigned_urls_are_checked(server: RunningServer) -> None:
-    creds = _credentials(server, "basic")
-    bucket = _bucket(creds["location"])
-    s3 = _client(creds["awsTempCredentials"])
+    creds = vended_credentials(server, "basic")
+    bucket = bucket_of(creds["location"])
+    s3 = endpoint_client(creds["awsTempCredentials"])
     key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key})
     reply = httpx.get(url)
@@ -166,16 +125,16 @@ def test_presigned_urls_are_checked(server: RunningServer) -> None:
 
 
 def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
-    creds = _credentials(server, "basic")
+    creds = vended_credentials(server, "basic")
     aws = creds["awsTempCredentials"]
-    bucket = _bucket(creds["location"])
+    bucket = bucket_of(creds["location"])
     key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
     size = (BASIC / key).stat().st_size
 
     secret = aws["secretAccessKey"]
     off = secret[:-1] + ("B" if secret.endswith("A") else "A")
     with pytest.raises(ClientError) as error:  # a secret one character off
-        _client(aws, secretAccessKey=off).get_object(Bucket=bucket, Key=key)
+        endpoint_client(aws, secretAccessKey=off).get_object(Bucket=bucket, Key=key)
     assert _code(error) == "SignatureDoesNotMatch"
 
     # Claims edited in the session token (another table): the id and secret no longer match.
@@ -197,18 +156,20 @@ def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
     }
     parts_bucket = keys.bucket_for("sales", "d", "parts")
     with pytest.raises(ClientError) as error:
-        _client(forged_aws).list_objects_v2(Bucket=parts_bucket)
+        endpoint_client(forged_aws).list_objects_v2(Bucket=parts_bucket)
     assert _code(error) == "SignatureDoesNotMatch"
     with pytest.raises(ClientError) as error:  # the session token of another key
-        _client(aws, sessionToken=forged.session_token).get_object(Bucket=bucket, Key=key)
+        endpoint_client(aws, sessionToken=forged.session_token).get_object(Bucket=bucket, Key=key)
     assert _code(error) == "InvalidAccessKeyId"
 
     # A genuine key for one table does not open another table's bucket.
     with pytest.raises(ClientError) as error:
-        _client(aws).list_objects_v2(Bucket=parts_bucket)
+        endpoint_client(aws).list_objects_v2(Bucket=parts_bucket)
     assert _code(error) == "AccessDenied"
     with pytest.raises(ClientError) as error:
-        _client(aws).get_object(Bucket=parts_bucket, Key="_delta_log/00000000000000000000.json")
+        endpoint_client(aws).get_object(
+            Bucket=parts_bucket, Key="_delta_log/00000000000000000000.json"
+        )
     assert _code(error) == "AccessDenied"
 
     # An expired key (minted by the server's own secret, as the vending would).
@@ -223,7 +184,7 @@ def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
         now_ms=int(time.time() * 1000) - 120_000,
     )
     with pytest.raises(ClientError) as error:
-        _client(
+        endpoint_client(
             aws,
             accessKeyId=expired.access_key_id,
             secretAccessKey=expired.secret_access_key,
@@ -244,7 +205,7 @@ def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
             validity_seconds=600,
         )
         with pytest.raises(ClientError) as error:
-            _client(
+            endpoint_client(
                 aws,
                 accessKeyId=minted.access_key_id,
                 secretAccessKey=minted.secret_access_key,
@@ -252,7 +213,7 @@ def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
             ).list_objects_v2(Bucket=minted.claims.bucket)
         assert _code(error) == "AccessDenied", closed
 
-    s3 = _client(aws)
+    s3 = endpoint_client(aws)
     for missing in ("nope.parquet", "../basic_partitioned/delta/_delta_log", "_delta_log"):
         with pytest.raises(ClientError) as error:
             s3.get_object(Bucket=bucket, Key=missing)
@@ -271,11 +232,11 @@ def test_refused_keys_get_s3_errors(server: RunningServer) -> None:
 def test_tables_without_direct_access_keep_their_refusals(server: RunningServer) -> None:
     # A Delta reader lists and reads the log, which names every partition's files (and
     # every version's): no key opens the folder for a slice or a table without history.
-    sliced = _vend(server, "slice")
+    sliced = vend(server, "slice")
     assert sliced.status_code == 403
     assert sliced.json()["errorCode"] == "PERMISSION_DENIED"
     assert "partition filter" in sliced.json()["message"]
-    nohistory = _vend(server, "nohistory")
+    nohistory = vend(server, "nohistory")
     assert nohistory.status_code == 400
     assert "history sharing is not enabled" in nohistory.json()["message"]
     outside = httpx.post(
@@ -314,9 +275,9 @@ def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
     profile = create_recipient(
         config_file, server.base_url, "acme", "--share", "sales", out=tmp_path / "acme.share"
     )
-    creds = _credentials(server, "basic", profile["bearerToken"])
-    bucket = _bucket(creds["location"])
-    s3 = _client(creds["awsTempCredentials"])
+    creds = vended_credentials(server, "basic", profile["bearerToken"])
+    bucket = bucket_of(creds["location"])
+    s3 = endpoint_client(creds["awsTempCredentials"])
     assert keys.read_token(creds["awsTempCredentials"]["sessionToken"]).recipient == "acme"
     assert s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")["KeyCount"] > 0
     key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
@@ -324,7 +285,7 @@ def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
     assert len(sent) == 10
     aws = creds["awsTempCredentials"]
     with pytest.raises(ClientError) as error:  # a wrong secret: acme only claimed
-        _client(aws, secretAccessKey="x" + aws["secretAccessKey"]).get_object(
+        endpoint_client(aws, secretAccessKey="x" + aws["secretAccessKey"]).get_object(
             Bucket=bucket, Key=key
         )
     assert _code(error) == "SignatureDoesNotMatch"
@@ -350,7 +311,7 @@ def test_disabled_recipient_keys_stop_working_and_reads_are_audited(
 def test_delta_rs_reads_a_shared_table_through_the_endpoint(server: RunningServer) -> None:
     tables = (("basic", BASIC), ("parts", PARTITIONED), ("checkpointed", CHECKPOINTED))
     for table, folder in tables:
-        creds = _credentials(server, table)
+        creds = vended_credentials(server, table)
         aws = creds["awsTempCredentials"]
         options = {
             "AWS_ENDPOINT_URL": aws["endpoint"],
@@ -382,9 +343,9 @@ def test_revoked_recipient_keys_stop_working(
     profile = create_recipient(
         config_file, server.base_url, "acme", "--share", "sales", out=tmp_path / "acme.share"
     )
-    creds = _credentials(server, "basic", profile["bearerToken"])
-    bucket = _bucket(creds["location"])
-    s3 = _client(creds["awsTempCredentials"])
+    creds = vended_credentials(server, "basic", profile["bearerToken"])
+    bucket = bucket_of(creds["location"])
+    s3 = endpoint_client(creds["awsTempCredentials"])
     assert s3.list_objects_v2(Bucket=bucket, Prefix="_delta_log/")["KeyCount"] > 0
     assert recipients_cli(config_file, revocation[0], *revocation[1:]) == 0
     with pytest.raises(ClientError) as error:
@@ -393,9 +354,9 @@ def test_revoked_recipient_keys_stop_working(
 
 
 def test_delimited_listings_group_folders(server: RunningServer) -> None:
-    creds = _credentials(server, "parts")
-    bucket = _bucket(creds["location"])
-    s3 = _client(creds["awsTempCredentials"])
+    creds = vended_credentials(server, "parts")
+    bucket = bucket_of(creds["location"])
+    s3 = endpoint_client(creds["awsTempCredentials"])
     folders = sorted(p.name + "/" for p in PARTITIONED.iterdir() if p.is_dir())
     root = s3.list_objects_v2(Bucket=bucket, Delimiter="/")
     assert [c["Prefix"] for c in root["CommonPrefixes"]] == folders
@@ -423,12 +384,12 @@ def test_a_proxy_stripping_the_public_path_keeps_signatures_valid(tmp_path: Path
         publicUrl=public,
     )
     with run_server(config, tmp_path / "srv") as server:
-        creds = _credentials(server, "basic")
+        creds = vended_credentials(server, "basic")
         aws = creds["awsTempCredentials"]
         assert aws["endpoint"] == public + "/delta-sharing/s3"
         key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
-        url = _client(aws).generate_presigned_url(
-            "get_object", Params={"Bucket": _bucket(creds["location"]), "Key": key}
+        url = endpoint_client(aws).generate_presigned_url(
+            "get_object", Params={"Bucket": bucket_of(creds["location"]), "Key": key}
         )
         origin = server.base_url.removesuffix("/delta-sharing")
         forwarded = url.replace(public, origin)
@@ -442,9 +403,9 @@ def test_a_proxy_stripping_the_public_path_keeps_signatures_valid(tmp_path: Path
 def test_deletion_vectors_and_checkpoints_are_served(server: RunningServer) -> None:
     """Every file of a checkpointed table with deletion vectors, byte for byte (delta-rs
     1.6 refuses to read deletion vectors, so boto3 fetches them)."""
-    creds = _credentials(server, "dv")
-    bucket = _bucket(creds["location"])
-    s3 = _client(creds["awsTempCredentials"])
+    creds = vended_credentials(server, "dv")
+    bucket = bucket_of(creds["location"])
+    s3 = endpoint_client(creds["awsTempCredentials"])
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
     listed = [item["Key"] for page in pages for item in page.get("Contents", [])]
     on_disk = sorted((str(p.relative_to(DV)) for p in DV.rglob("*") if p.is_file()), key=str.encode)
@@ -474,10 +435,10 @@ def test_listings_give_location_and_access_modes_where_directory_access_is_open(
             assert list(item) == ["name", "schema", "share", "location", "accessModes", "id"]
             assert item["accessModes"] == ["url", "dir"]
             # `location` is what temporary-table-credentials opens, and reads the log.
-            creds = _credentials(server, name)
+            creds = vended_credentials(server, name)
             assert item["location"] == creds["location"]
-            listed = _client(creds["awsTempCredentials"]).list_objects_v2(
-                Bucket=_bucket(item["location"]), Prefix="_delta_log/", MaxKeys=1
+            listed = endpoint_client(creds["awsTempCredentials"]).list_objects_v2(
+                Bucket=bucket_of(item["location"]), Prefix="_delta_log/", MaxKeys=1
             )
             assert listed["KeyCount"] == 1
         for name in ("nohistory", "slice"):  # URL access only: neither field
@@ -506,9 +467,9 @@ def test_ranges_and_head_headers_of_small_and_streamed_objects(tmp_path: Path) -
         tmp_path / "store.db",
     )
     with run_server(load_config(config), tmp_path / "srv") as server:
-        creds = _credentials(server, "copy")
-        bucket = _bucket(creds["location"])
-        s3 = _client(creds["awsTempCredentials"])
+        creds = vended_credentials(server, "copy")
+        bucket = bucket_of(creds["location"])
+        s3 = endpoint_client(creds["awsTempCredentials"])
         for key, whole in (("small.bin", small), ("big.bin", big)):
             size = len(whole)
             got = s3.get_object(Bucket=bucket, Key=key)
@@ -567,9 +528,9 @@ def test_ranges_and_head_headers_of_small_and_streamed_objects(tmp_path: Path) -
 def test_numbers_that_are_not_ascii_digits_are_s3_errors(server: RunningServer) -> None:
     # Failed before the fix: "²" is a digit to str.isdigit but not to int(), so both
     # answered 500 (a presigned URL's X-Amz-Expires before its signature was checked).
-    creds = _credentials(server, "basic")
-    bucket = _bucket(creds["location"])
-    s3 = _client(creds["awsTempCredentials"])
+    creds = vended_credentials(server, "basic")
+    bucket = bucket_of(creds["location"])
+    s3 = endpoint_client(creds["awsTempCredentials"])
     key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key})
     expires = re.search(r"X-Amz-Expires=\d+", url)
@@ -612,9 +573,9 @@ def test_reads_checked_from_memory_still_end_within_cache_seconds(
         profile = create_recipient(
             config_file, server.base_url, "acme", "--share", "sales", out=tmp_path / "a.share"
         )
-        creds = _credentials(server, "basic", profile["bearerToken"])
-        bucket = _bucket(creds["location"])
-        s3 = _client(creds["awsTempCredentials"])
+        creds = vended_credentials(server, "basic", profile["bearerToken"])
+        bucket = bucket_of(creds["location"])
+        s3 = endpoint_client(creds["awsTempCredentials"])
         key = sorted(p.name for p in BASIC.glob("*.parquet"))[0]
         whole = (BASIC / key).read_bytes()
         from_memory = 0

@@ -23,15 +23,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
 import httpx
 import orjson
 import pytest
 from botocore.client import BaseClient
-from botocore.config import Config
 
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
+from tests.support.s3_endpoint import endpoint_s3
 from tests.support.server import (
     TEST_BEARER_TOKEN,
     RunningServer,
@@ -90,27 +89,6 @@ def _settled(sent: list[int]) -> int:
         total = sum(sent)
         time.sleep(0.05)
     return total
-
-
-def _s3(server: RunningServer) -> tuple[BaseClient, str]:
-    reply = httpx.post(
-        server.url("/shares/sales/schemas/d/tables/t/temporary-table-credentials"),
-        headers={"Authorization": f"Bearer {TEST_BEARER_TOKEN}"},
-        json={},
-    )
-    assert reply.status_code == 200, reply.text
-    credentials = reply.json()["credentials"]
-    aws = credentials["awsTempCredentials"]
-    client = boto3.client(
-        "s3",
-        endpoint_url=aws["endpoint"],
-        region_name=aws["region"],
-        aws_access_key_id=aws["accessKeyId"],
-        aws_secret_access_key=aws["secretAccessKey"],
-        aws_session_token=aws["sessionToken"],
-        config=Config(signature_version="s3v4", s3={"addressing_style": "path"}),
-    )
-    return client, credentials["location"].removeprefix("s3://").rstrip("/")
 
 
 def _presigned(client: BaseClient, bucket: str, key: str, operation: str = "get_object") -> str:
@@ -175,7 +153,7 @@ def test_objects_and_ranges_go_out_with_sendfile(
     server: RunningServer, table: tuple[Path, bytes, bytes], sendfile_bytes: list[int]
 ) -> None:
     _, small, big = table
-    client, bucket = _s3(server)
+    client, bucket = endpoint_s3(server, "t")
     for asked, expected in (
         (None, small),
         ("bytes=4-99", small[4:100]),
@@ -221,7 +199,7 @@ def test_without_sendfile_the_same_bytes_go_through_the_process(
         limits={"sendfile": False},
     )
     with run_server(load_config(config), tmp_path / "srv-off") as server:
-        client, bucket = _s3(server)
+        client, bucket = endpoint_s3(server, "t")
         assert client.get_object(Bucket=bucket, Key="small.bin")["Body"].read() == small
         got = client.get_object(Bucket=bucket, Key="big.bin", Range="bytes=5-")
         assert got["Body"].read() == big[5:]
@@ -232,7 +210,7 @@ def test_keep_alive_head_and_pipelining_after_sendfile_bodies(
     server: RunningServer, table: tuple[Path, bytes, bytes], sendfile_bytes: list[int]
 ) -> None:
     _, small, _ = table
-    client, bucket = _s3(server)
+    client, bucket = endpoint_s3(server, "t")
     get = _presigned(client, bucket, "small.bin")
     head = _presigned(client, bucket, "small.bin", "head_object")
     with _connect(get) as sock:
@@ -265,7 +243,7 @@ def test_a_slow_client_gets_every_byte_through_the_transport_when_the_socket_is_
     server: RunningServer, table: tuple[Path, bytes, bytes], sendfile_bytes: list[int]
 ) -> None:
     _, _, big = table
-    client, bucket = _s3(server)
+    client, bucket = endpoint_s3(server, "t")
     get = _presigned(client, bucket, "big.bin")
     with _connect(get, receive_buffer=16 * 1024) as sock:
         reader = _Reader(sock)
@@ -295,7 +273,7 @@ def test_a_client_gone_mid_body_is_logged_with_the_bytes_it_took(
 ) -> None:
     caplog.set_level(logging.INFO)
     _, small, _ = table
-    client, bucket = _s3(server)
+    client, bucket = endpoint_s3(server, "t")
     get = _presigned(client, bucket, "big.bin")
     with _connect(get, receive_buffer=16 * 1024) as sock:
         sock.sendall(_request(get, X_Request_Id="gone-0001"))
@@ -341,7 +319,7 @@ def test_a_file_truncated_while_sent_ends_the_body_short_and_is_audited(
     shrinking = root / "shrinking.bin"
     shrinking.write_bytes(big)
     new_size = 1024 * 1024
-    client, bucket = _s3(server)
+    client, bucket = endpoint_s3(server, "t")
     get = _presigned(client, bucket, "shrinking.bin")
     with _connect(get, receive_buffer=16 * 1024) as sock:
         sock.sendall(_request(get, X_Request_Id="shrunk-0001"))

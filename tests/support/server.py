@@ -145,10 +145,11 @@ def sales_share(tables: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_test_config(
-    path: Path, shares: list[dict[str, Any]], store: Path, **settings: Any
+    path: Path, shares: list[dict[str, Any]], store: Path | str, **settings: Any
 ) -> Path:
-    """A configuration file with the test bearer token and signing secret and an SQLite
-    store read afresh on every request (cacheSeconds 0)."""
+    """A configuration file with the test bearer token and signing secret and a state store
+    read afresh on every request (cacheSeconds 0): SQLite at `store`, or the store URL
+    `store` names."""
     document: dict[str, Any] = {
         "version": 1,
         "authorization": {"bearerToken": TEST_BEARER_TOKEN},
@@ -156,7 +157,10 @@ def write_test_config(
         "host": "127.0.0.1",
         "port": 0,
         **settings,
-        "store": {"cacheSeconds": 0, "url": f"sqlite:///{store}"},
+        "store": {
+            "cacheSeconds": 0,
+            "url": store if isinstance(store, str) else f"sqlite:///{store}",
+        },
         "shares": shares,
     }
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
