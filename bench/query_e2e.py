@@ -69,6 +69,8 @@ TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
 BUCKET = "bench-bucket"
 PREFIX = "warehouse/big"
+SERVER = {"workers": 0}
+"""Settings of every server the bench starts (`--workers`; 0: one per core)."""
 BOTO_SHARE = 10  # botocore signs 1/BOTO_SHARE of the keys; its time is extrapolated
 
 
@@ -131,6 +133,7 @@ def write_config(
         "logLevel": "WARNING",
         "shares": [{"name": "bench", "schemas": [{"name": "s", "tables": tables}]}],
         "signingHelper": signing_helper,
+        **SERVER,
     }
     if not snapshot_cache:
         config["snapshotCacheDir"] = "off"  # snapshots loaded in memory: statistics packed
@@ -752,9 +755,17 @@ def main() -> None:
         help="also time this code against the server code of another checkout (e.g. a git "
         "worktree of the old commit), two servers, runs alternated, CPU per response",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="worker processes of every server the bench starts (0, the default: one per "
+        "core, what `lakeshare serve` runs)",
+    )
     args = parser.parse_args()
+    SERVER["workers"] = args.workers
 
-    print(f"before: {load_average()}")
+    print(f"before: {load_average()}; server workers: {args.workers or 'one per core'}")
     workdir = Path(tempfile.mkdtemp(prefix="lakeshare-query-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
     try:
