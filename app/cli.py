@@ -168,6 +168,9 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from sharing.preload import refuse_pandas
+
+    refuse_pandas()  # before pyarrow's first type inference would load it (sharing.preload)
     configure_logging("INFO")
     demo = args.config is None
     try:
