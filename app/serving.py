@@ -46,7 +46,8 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import is_ssl
 
-from app.balancing import BalancedServer, WorkerSlot
+from app.balancing import BalancedServer
+from app.worker_loads import WorkerSlot
 from app.zero_copy import EXTENSION, HEAD_WITH_BODY, FileSender
 from sharing.config import LimitsConfig
 
