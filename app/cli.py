@@ -335,7 +335,9 @@ def _restarted_worker(args: argparse.Namespace) -> int:
     from app.supervisor import become_worker
     from app.worker_loads import WorkerLoads
     from app.workers import bound_malloc_arenas
+    from sharing.preload import refuse_pandas
 
+    refuse_pandas()  # as in the first workers (_serve)
     become_worker(args.supervisor_pid)
     bound_malloc_arenas()
     with open(args.state_fd, "rb", closefd=False) as state:

@@ -9,14 +9,18 @@ Each case runs in a fresh interpreter: this test process has imported everything
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from deltalog.snapshot_store import SUFFIX
 from tests.support import REPO_ROOT
 from tests.support.corpus import copy_table, corpus_table
 from tests.support.server import TEST_BEARER_TOKEN, write_test_config
@@ -151,29 +155,25 @@ def _mapped_pandas(pid: int) -> bool:
 @pytest.mark.slow
 def test_lakeshare_serve_and_its_workers_never_import_pandas(tmp_path: Path) -> None:
     """pandas is installed here (the client extra) but no dependency of the server: the
-    supervisor and its workers answer queries in both formats, with a predicate, without
-    loading it (pyarrow would on its first type inference: sharing.preload)."""
+    workers, the first ones and one restarted after a crash, answer queries in both
+    formats, with a predicate, without loading it (pyarrow would on its first type
+    inference: sharing.preload), and so does the supervisor."""
     import httpx
 
     from tests.app.test_cli import announced_url, write_config
-    from tests.app.test_workers import TOKEN, _children, _wait, serving
+    from tests.app.test_workers import TOKEN, _children, _maps, _wait, serving
 
     table = copy_table("delta-rs/simple_table_with_checkpoint", tmp_path / "tables")
     config = write_config(table, snapshotCacheDir=str(tmp_path / "snapshots"))
-    with serving("--config", str(config), "--workers", "2", log=tmp_path / "log") as (
-        process,
-        lines,
-    ):
-        url = announced_url(lines)
-        _wait(lambda: len(_children(process.pid)) == 2, "two workers")
-        query = url + "shares/s/schemas/d/tables/t/query"
-        hints = {
-            "op": "lessThan",
-            "children": [
-                {"op": "column", "name": "value", "valueType": "long"},
-                {"op": "literal", "value": "5", "valueType": "long"},
-            ],
-        }
+    hints = {
+        "op": "lessThan",
+        "children": [
+            {"op": "column", "name": "value", "valueType": "long"},
+            {"op": "literal", "value": "5", "valueType": "long"},
+        ],
+    }
+
+    def answer_queries(query: str) -> None:
         clients = [httpx.Client() for _ in range(4)]  # connections spread over both workers
         try:
             for client in clients:
@@ -191,5 +191,27 @@ def test_lakeshare_serve_and_its_workers_never_import_pandas(tmp_path: Path) -> 
         finally:
             for client in clients:
                 client.close()
-        processes = [process.pid, *_children(process.pid)]
-        assert [_mapped_pandas(pid) for pid in processes] == [False] * 3
+
+    with serving("--config", str(config), "--workers", "2", log=tmp_path / "log") as (
+        process,
+        lines,
+    ):
+        query = announced_url(lines) + "shares/s/schemas/d/tables/t/query"
+        _wait(lambda: len(_children(process.pid)) == 2, "two workers")
+        answer_queries(query)
+        workers = _children(process.pid)
+        assert [_mapped_pandas(pid) for pid in (process.pid, *workers)] == [False] * 3
+
+        victim = min(workers)  # replaced by a `lakeshare worker` process
+        os.kill(victim, signal.SIGKILL)
+        _wait(
+            lambda: len(_children(process.pid)) == 2 and victim not in _children(process.pid),
+            "a replacement worker",
+        )
+        (restarted,) = _children(process.pid) - workers
+        (snapshot,) = (tmp_path / "snapshots").rglob("*" + SUFFIX)
+        deadline = time.monotonic() + 60
+        while not _maps(restarted, snapshot):  # until it has answered a query
+            assert time.monotonic() < deadline, "the restarted worker answered no query"
+            answer_queries(query)
+        assert _mapped_pandas(restarted) is False
