@@ -176,6 +176,9 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from sharing.preload import refuse_pandas
+
+    refuse_pandas()  # before pyarrow's first type inference would load it (sharing.preload)
     configure_logging("INFO")
     demo = args.config is None
     try:
@@ -333,7 +336,9 @@ def _restarted_worker(args: argparse.Namespace) -> int:
     from app.supervisor import become_worker
     from app.worker_loads import WorkerLoads
     from app.workers import bound_malloc_arenas
+    from sharing.preload import refuse_pandas
 
+    refuse_pandas()  # as in the first workers (_serve)
     become_worker(args.supervisor_pid)
     bound_malloc_arenas()
     # Read at an offset: the descriptor's position is shared with every process holding it.

@@ -9,16 +9,20 @@ Each case runs in a fresh interpreter: this test process has imported everything
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from deltalog.snapshot_store import SUFFIX
 from tests.support import REPO_ROOT
-from tests.support.corpus import corpus_table
+from tests.support.corpus import copy_table, corpus_table
 from tests.support.server import TEST_BEARER_TOKEN, write_test_config
 
 TABLE = "levi/dat/basic_append/delta"
@@ -141,3 +145,73 @@ def test_an_admin_api_loads_the_console_templates_when_the_app_is_built(tmp_path
         tmp_path / "c.yaml", _share(_local()), tmp_path / "s.db", admin={"token": "a" * 32}
     )
     assert _present(_loaded(config)["built"], "jinja2") == {"jinja2": True}
+
+
+def _mapped_pandas(pid: int) -> bool:
+    """Whether process `pid` has mapped pandas' compiled modules (it imported pandas)."""
+    return "/pandas/_libs/" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.slow
+def test_lakeshare_serve_and_its_workers_never_import_pandas(tmp_path: Path) -> None:
+    """pandas is installed here (the client extra) but no dependency of the server: the
+    workers, the first ones and one restarted after a crash, answer queries in both
+    formats, with a predicate, without loading it (pyarrow would on its first type
+    inference: sharing.preload), and so does the supervisor."""
+    import httpx
+
+    from tests.app.test_cli import announced_url, write_config
+    from tests.app.test_workers import TOKEN, _children, _maps, _wait, serving
+
+    table = copy_table("delta-rs/simple_table_with_checkpoint", tmp_path / "tables")
+    config = write_config(table, snapshotCacheDir=str(tmp_path / "snapshots"))
+    hints = {
+        "op": "lessThan",
+        "children": [
+            {"op": "column", "name": "value", "valueType": "long"},
+            {"op": "literal", "value": "5", "valueType": "long"},
+        ],
+    }
+
+    def answer_queries(query: str) -> None:
+        clients = [httpx.Client() for _ in range(4)]  # connections spread over both workers
+        try:
+            for client in clients:
+                for form in ("parquet", "delta"):
+                    response = client.post(
+                        query,
+                        json={"jsonPredicateHints": json.dumps(hints)},
+                        headers={
+                            "Authorization": f"Bearer {TOKEN}",
+                            "delta-sharing-capabilities": f"responseformat={form}",
+                        },
+                    )
+                    assert response.status_code == 200, response.text
+                    assert '"file"' in response.text or '"add"' in response.text
+        finally:
+            for client in clients:
+                client.close()
+
+    with serving("--config", str(config), "--workers", "2", log=tmp_path / "log") as (
+        process,
+        lines,
+    ):
+        query = announced_url(lines) + "shares/s/schemas/d/tables/t/query"
+        _wait(lambda: len(_children(process.pid)) == 2, "two workers")
+        answer_queries(query)
+        workers = _children(process.pid)
+        assert [_mapped_pandas(pid) for pid in (process.pid, *workers)] == [False] * 3
+
+        victim = min(workers)  # replaced by a `lakeshare worker` process
+        os.kill(victim, signal.SIGKILL)
+        _wait(
+            lambda: len(_children(process.pid)) == 2 and victim not in _children(process.pid),
+            "a replacement worker",
+        )
+        (restarted,) = _children(process.pid) - workers
+        (snapshot,) = (tmp_path / "snapshots").rglob("*" + SUFFIX)
+        deadline = time.monotonic() + 60
+        while not _maps(restarted, snapshot):  # until it has answered a query
+            assert time.monotonic() < deadline, "the restarted worker answered no query"
+            answer_queries(query)
+        assert _mapped_pandas(restarted) is False
