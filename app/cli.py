@@ -237,7 +237,7 @@ def _serve(args: argparse.Namespace) -> int:
         if workers == 1:
             _check_in_background(app, config)
             _reload_live(app, config_path, started, fingerprint)
-            return _run(app, sock, ssl_options, config.limits)
+            return _run(app, sock, ssl_options, config.limits, returns_on_sigterm=True)
         del app  # each worker builds its own, after the fork
         made = (tls_dir,) + ((str(metrics.path),) if metrics and metrics.made else ())
         source = (config_path, started, fingerprint)
@@ -475,10 +475,12 @@ def _run(
     ssl_options: dict[str, Any],
     limits: LimitsConfig,
     balance: WorkerSlot | None = None,
+    *,
+    returns_on_sigterm: bool = False,
 ) -> int:
     from app.serving import run
 
-    return run(app, sock, limits, balance, **ssl_options)
+    return run(app, sock, limits, balance, returns_on_sigterm=returns_on_sigterm, **ssl_options)
 
 
 def _with_snapshot_cache(config: ServerConfig) -> ServerConfig:
