@@ -292,20 +292,21 @@ def _run_workers(
     start-up, which writes their snapshots to the shared cache for the others to map. Once
     they run, this process becomes the small supervisor (app.supervisor), which removes
     the directories in `made` when it exits; a worker it restarts is `lakeshare worker`."""
-    from app.supervisor import Duties
+    from app.supervisor import Duties, module_command
     from app.worker_loads import WorkerLoads
     from app.workers import run_workers
 
     loads = WorkerLoads(workers)  # shared by the workers: connections are spread over them
     server = _WorkerServer(config, *source, ssl_options, workers, sock.fileno(), loads.fd)
     state_fd = os.memfd_create("lakeshare-worker-server")
-    os.write(state_fd, pickle.dumps(server))
+    with open(state_fd, "wb", closefd=False) as state:
+        state.write(pickle.dumps(tuple(server)))  # a tuple: `python -m app.cli` or not
     duties = Duties(
         loads_fd=loads.fd,
         metrics_dir=None if metrics is None else str(metrics.path),
         remove_at_exit=made,
     )
-    command = [sys.executable, "-m", "app.cli", "worker", str(os.getpid()), str(state_fd)]
+    command = [*module_command("app.cli"), "worker", str(os.getpid()), str(state_fd)]
 
     def worker(index: int) -> int:
         return _serve_worker(server, sock, loads, index)
@@ -340,9 +341,9 @@ def _restarted_worker(args: argparse.Namespace) -> int:
     refuse_pandas()  # as in the first workers (_serve)
     become_worker(args.supervisor_pid)
     bound_malloc_arenas()
-    with open(args.state_fd, "rb", closefd=False) as state:
-        state.seek(0)
-        server: _WorkerServer = pickle.load(state)
+    # Read at an offset: the descriptor's position is shared with every process holding it.
+    state = os.pread(args.state_fd, os.fstat(args.state_fd).st_size, 0)
+    server = _WorkerServer(*pickle.loads(state))
     configure_logging(server.config.log_level)
     sock = socket.socket(fileno=server.socket_fd)
     loads = WorkerLoads(server.workers, server.loads_fd)

@@ -37,7 +37,14 @@ from typing import Any
 from app.logs import configure_logging
 from app.worker_loads import WorkerLoads
 
-__all__ = ["MIN_UPTIME_SECONDS", "RELOAD_SIGNAL", "Duties", "Supervisor", "become_worker"]
+__all__ = [
+    "MIN_UPTIME_SECONDS",
+    "RELOAD_SIGNAL",
+    "Duties",
+    "Supervisor",
+    "become_worker",
+    "module_command",
+]
 
 log = logging.getLogger("lakeshare.workers")
 
@@ -141,9 +148,8 @@ class Supervisor:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
-        command = [sys.executable, "-m", "app.supervisor", json.dumps(document)]
         try:
-            os.execv(sys.executable, command)
+            os.execv(sys.executable, [*module_command("app.supervisor"), json.dumps(document)])
         finally:  # not reached unless execv failed
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _HANDLED)
 
@@ -168,6 +174,14 @@ class Supervisor:
             # The live modes (livesum, livemax, ...) are the ones a dead process leaves.
             for live in Path(self.duties.metrics_dir).glob(f"gauge_live*_{pid}.db"):
                 live.unlink(missing_ok=True)
+
+
+def module_command(module: str) -> list[str]:
+    """`python -m module`, finding modules where this process does: the current directory
+    comes first only if it did here (`python -m app.cli` in a checkout), not for the
+    `lakeshare` script, run from directories that may hold a package named `app`."""
+    current_first = bool(sys.path) and sys.path[0] in ("", os.getcwd())
+    return [sys.executable, *(() if current_first else ("-P",)), "-m", module]
 
 
 def become_worker(supervisor_pid: int) -> None:

@@ -157,12 +157,14 @@ def _rss_mib(pid: int) -> float:
 def test_the_supervisor_becomes_small_and_restarts_a_worker_afresh(tmp_path: Path) -> None:
     """Once its workers run, the supervisor of `--workers 2` is a small program of its own
     (same pid), not the ~200 MiB process that loaded the app; a worker killed is replaced by
-    a fresh `lakeshare worker` process that serves and takes its share of connections; the
-    dead worker's live gauges leave the metrics directory (its counters stay in the sums),
-    and at exit the supervisor removes the directories the server made (the metrics
-    directory, the TLS scratch directory)."""
+    a fresh `lakeshare worker` process that serves the file as its siblings do (reloaded
+    since the start) and takes its share of connections; the dead worker's live gauges
+    leave the metrics directory (its counters stay in the sums), and at exit the supervisor
+    removes the directories the server made (the metrics directory, the TLS scratch
+    directory)."""
     table = copy_table("delta-rs/simple_table_with_checkpoint", tmp_path / "tables")
-    config = write_config(table, snapshotCacheDir=str(tmp_path / "snapshots"))
+    settings = {"snapshotCacheDir": str(tmp_path / "snapshots"), "configReloadPollSeconds": 1}
+    config = write_config(table, **settings)
     scratch = tmp_path / "tmp"  # the server's temporary directory: what it makes there
     scratch.mkdir()
     env = {"TMPDIR": str(scratch)}
@@ -180,6 +182,18 @@ def test_the_supervisor_becomes_small_and_restarts_a_worker_afresh(tmp_path: Pat
         (metrics_dir,) = scratch.glob(f"lakeshare-metrics-{supervisor}-*")
         victim = min(first)
         _wait(lambda: (metrics_dir / f"gauge_livemax_{victim}.db").exists(), "its gauges")
+        # The file changes after the start: both workers reload it; so must the new one,
+        # which starts from the configuration as loaded at the start.
+        share = {
+            "name": "s2",
+            "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}],
+        }
+        write_config(table, **settings, shares=[share])
+
+        def reloads() -> int:
+            return (tmp_path / "log").read_text().count("configuration reloaded")
+
+        _wait(lambda: reloads() == 2, "both workers reloading the file")
 
         os.kill(victim, signal.SIGKILL)
         _wait(lambda: len(_children(supervisor) - first) == 1, "a replacement worker")
@@ -187,16 +201,18 @@ def test_the_supervisor_becomes_small_and_restarts_a_worker_afresh(tmp_path: Pat
         assert _cmdline(fresh)[-5:-3] == ["app.cli", "worker"]
         assert not (metrics_dir / f"gauge_livemax_{victim}.db").exists()
         assert (metrics_dir / f"counter_{victim}.db").exists()
+        _wait(lambda: reloads() == 3, "the new worker reloading the file changed since start")
         survivor = (first - {victim}).pop()
         headers = {"Authorization": f"Bearer {TOKEN}"}
-        query = url + "shares/s/schemas/d/tables/t/query"
-        _wait(lambda: httpx.get(url + "shares", headers=headers).status_code == 200, "serving")
+        query = url + "shares/s2/schemas/d/tables/t/query"
         _wait(lambda: (metrics_dir / f"counter_{fresh}.db").exists(), "the fresh worker")
         time.sleep(1)  # its event loop accepting (it counts its slot from then)
         clients = [httpx.Client() for _ in range(4)]  # held open: each counts as a load
         try:
             for client in clients:
                 assert client.post(query, json={}, headers=headers).status_code == 200
+                shares = client.get(url + "shares", headers=headers).json()["items"]
+                assert shares == [{"name": "s2"}]
             answered = per_worker(
                 metrics_dir, tmp_path / "m", "lakeshare_http_requests_total", method="POST"
             )
