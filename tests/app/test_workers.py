@@ -198,7 +198,8 @@ def test_the_supervisor_becomes_small_and_restarts_a_worker_afresh(tmp_path: Pat
         os.kill(victim, signal.SIGKILL)
         _wait(lambda: len(_children(supervisor) - first) == 1, "a replacement worker")
         (fresh,) = _children(supervisor) - first
-        assert _cmdline(fresh)[-5:-3] == ["app.cli", "worker"]
+        # A fresh process (its command line once the spawn has exec'd it), not a fork.
+        _wait(lambda: _cmdline(fresh)[-5:-3] == ["app.cli", "worker"], "lakeshare worker")
         assert not (metrics_dir / f"gauge_livemax_{victim}.db").exists()
         assert (metrics_dir / f"counter_{victim}.db").exists()
         _wait(lambda: reloads() == 3, "the new worker reloading the file changed since start")
@@ -220,6 +221,7 @@ def test_the_supervisor_becomes_small_and_restarts_a_worker_afresh(tmp_path: Pat
             for client in clients:
                 client.close()
         assert answered.get(str(fresh), 0) >= 1 and answered.get(str(survivor), 0) >= 1, answered
+        assert _rss_mib(supervisor) < 40, _rss_mib(supervisor)  # after a restart and queries
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     assert not any(Path(f"/proc/{pid}").exists() for pid in (fresh, survivor))
