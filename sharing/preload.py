@@ -5,7 +5,9 @@ azure) is imported where a storage of that cloud is first opened, the view SQL p
 (sqlglot) where a view is first parsed. What it does use is imported here, once, when the
 supervisor builds the app before forking its workers (app/cli.py): the workers then share
 those pages instead of each importing its own copy on its first request, and no first
-request waits for an import.
+request waits for an import. For S3 it also parses botocore's S3 and STS models into the
+process-wide loader (deltalog.storage.aws_sessions), about 12 MiB each worker would
+otherwise parse for itself.
 
 pandas is no dependency of the server, yet where it is installed (a developer's
 environment: the client extra) pyarrow imports it on its first type inference, 24 MiB in
@@ -41,6 +43,9 @@ CLOUD_MODULES = {
     ),
 }
 VIEW_MODULES = ("sharing.views.sql",)  # sqlglot
+# Modules whose `warm()` parses, once imported, what every process of that cloud's tables
+# parses on first use (botocore's service models: sessions share them, see its docstring).
+CLOUD_WARMERS = {StorageKind.S3: "deltalog.storage.aws_sessions"}
 
 
 def import_used_modules(config: ServerConfig, tables: Iterable[TableConfig]) -> None:
@@ -52,15 +57,21 @@ def import_used_modules(config: ServerConfig, tables: Iterable[TableConfig]) -> 
         locations.append(config.views.location)
     locations.extend(config.iceberg.metadata_location)
     modules: list[str] = []
+    warmers: list[str] = []
     for location in locations:
         try:
-            modules.extend(CLOUD_MODULES.get(storage_kind(location), ()))
+            kind = storage_kind(location)
         except DeltaError:  # an unknown scheme: the table answers its own error
             continue
+        modules.extend(CLOUD_MODULES.get(kind, ()))
+        if kind in CLOUD_WARMERS:
+            warmers.append(CLOUD_WARMERS[kind])
     if any(table.view is not None for table in tables):
         modules.extend(VIEW_MODULES)
     for module in dict.fromkeys(modules):
         importlib.import_module(module)
+    for module in dict.fromkeys(warmers):
+        importlib.import_module(module).warm()
     # pyarrow's first conversions of a Python value and of a NumPy array import their
     # helpers (dateutil, numpy.ma).
     pa.scalar("")

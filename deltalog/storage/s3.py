@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
-import botocore.session
 from botocore.config import Config
 from botocore.credentials import (
     AssumeRoleCredentialFetcher,
@@ -27,6 +26,7 @@ from botocore.credentials import (
 from botocore.exceptions import BotoCoreError, ClientError
 
 from deltalog.errors import DeltaError, StorageError
+from deltalog.storage.aws_sessions import new_core_session, new_session
 from deltalog.storage.base import FileInfo
 from deltalog.storage.common import ObjectStore, Pin, epoch_ms
 from deltalog.storage.kinds import StorageKind, scheme_kind
@@ -111,9 +111,10 @@ class _FixedCredentialProvider(CredentialProvider):  # type: ignore[misc]  # bot
         return self._credentials
 
 
-def _make_session(options: S3Options) -> boto3.Session:
-    """A boto3 session whose credentials follow the options (keys, profile, role)."""
-    base = boto3.Session(
+def _make_sessions(options: S3Options) -> tuple[boto3.Session, boto3.Session]:
+    """The session whose credentials follow the options (keys, profile, role), and the
+    server's own one under it (the same session when no role is assumed)."""
+    base = new_session(
         profile_name=options.profile,
         aws_access_key_id=options.access_key_id,
         aws_secret_access_key=options.secret_access_key,
@@ -121,7 +122,7 @@ def _make_session(options: S3Options) -> boto3.Session:
         region_name=options.region,
     )
     if not options.role_arn:
-        return base
+        return base, base
     source = base.get_credentials()
     if source is None:
         raise DeltaError("no AWS credentials found to assume the table's role with")
@@ -137,11 +138,12 @@ def _make_session(options: S3Options) -> boto3.Session:
     assumed = DeferredRefreshableCredentials(
         refresh_using=fetcher.fetch_credentials, method="assume-role"
     )
-    core = botocore.session.Session(profile=options.profile)
+    core = new_core_session(options.profile)
     core.get_component("credential_provider").insert_before(
         "env", _FixedCredentialProvider(assumed)
     )
-    return boto3.Session(botocore_session=core, region_name=options.region or base.region_name)
+    role = boto3.Session(botocore_session=core, region_name=options.region or base.region_name)
+    return role, base
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -174,7 +176,11 @@ def _code(exc: ClientError) -> str:
 
 
 class S3Storage(ObjectStore):
-    """The Storage protocol over S3, with one boto3 client shared by all threads."""
+    """The Storage protocol over S3, with one boto3 client shared by all threads.
+
+    `session` carries the options' credentials (the role's when one is assumed);
+    `base_session` the server's own ones under the role, made once (credential vending
+    asks STS with them)."""
 
     kind = StorageKind.S3
 
@@ -182,7 +188,7 @@ class S3Storage(ObjectStore):
         self.options = (
             options if isinstance(options, S3Options) else S3Options.from_mapping(options)
         )
-        self.session = _make_session(self.options)
+        self.session, self.base_session = _make_sessions(self.options)
         config = Config(
             retries={"mode": "standard", "max_attempts": self.options.max_attempts},
             s3={"addressing_style": "path" if self.options.path_style else "auto"},

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from deltalog.storage.base import Storage
@@ -84,16 +85,22 @@ def _literal(prefix: str) -> str:
     return re.sub(r"[*?$]", lambda m: "${" + m.group(0) + "}", prefix)
 
 
-def _base_session(storage: S3Storage) -> boto3.Session:
-    """The server's own credentials, before any role of the table's options is assumed."""
-    o = storage.options
-    return boto3.Session(
-        profile_name=o.profile,
-        aws_access_key_id=o.access_key_id,
-        aws_secret_access_key=o.secret_access_key,
-        aws_session_token=o.session_token,
-        region_name=o.region,
-    )
+_STS_CLIENTS: weakref.WeakKeyDictionary[S3Storage, dict[str, Any]] = weakref.WeakKeyDictionary()
+_STS_LOCK = threading.Lock()
+
+
+def _sts_client(storage: S3Storage, region: str) -> Any:
+    """The STS client of a storage's own credentials (`base_session`, before any role of
+    its options is assumed) for a region: one per storage and region, as a client is safe
+    to share between threads and making one per vend re-reads its configuration."""
+    with _STS_LOCK:  # making a client from a session is not thread-safe
+        clients = _STS_CLIENTS.setdefault(storage, {})
+        client = clients.get(region)
+        if client is None:
+            client = clients[region] = storage.base_session.client(
+                "sts", region_name=region, endpoint_url=storage.options.endpoint_url or None
+            )
+        return client
 
 
 def check(storage: Storage, table: CloudLocation) -> None:
@@ -101,8 +108,8 @@ def check(storage: Storage, table: CloudLocation) -> None:
     del table  # a session policy scopes any prefix
     s3 = as_backend(storage, S3Storage)
     try:
-        credentials = _base_session(s3).get_credentials()
-    except BotoCoreError as exc:  # e.g. a profile that does not exist
+        credentials = s3.base_session.get_credentials()
+    except BotoCoreError as exc:  # e.g. a credential_process that fails
         raise NotVendable(
             "the server has no AWS credentials to request them with",
             f"the table's AWS credentials cannot be loaded: {type(exc).__name__}",
@@ -124,9 +131,7 @@ def check(storage: Storage, table: CloudLocation) -> None:
 
 def _request(storage: S3Storage, region: str, policy: str, duration: int) -> dict[str, Any]:
     o = storage.options
-    sts = _base_session(storage).client(
-        "sts", region_name=region, endpoint_url=o.endpoint_url or None
-    )
+    sts = _sts_client(storage, region)
     answer: dict[str, Any]
     if o.role_arn:
         extra = {"ExternalId": o.external_id} if o.external_id else {}

@@ -121,6 +121,25 @@ def test_a_cloud_table_loads_its_sdk_when_the_app_is_built(
     assert _present(loaded, "sqlglot") == {"sqlglot": False}
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_an_s3_table_has_botocore_parse_its_models_when_the_app_is_built(
+    tmp_path: Path,
+) -> None:
+    """The supervisor parses the S3 and STS models into the process's shared botocore
+    loader before it forks: a worker's first S3 storage then parses nothing (it used to
+    grow the worker by about 15 MiB of its own)."""
+    from tests.deltalog.storage.test_aws_sessions import storage_growth
+
+    cloud = {"name": "c", "location": "s3://bucket/t"}
+    config = write_test_config(tmp_path / "c.yaml", _share(_local(), cloud), tmp_path / "s.db")
+    build = (
+        "from sharing.config import load_config; from app.main import create_app; "
+        f"create_app(load_config({str(config)!r}))"
+    )
+    growth = storage_growth(1, before=build)
+    assert growth["first"] < 5, growth
+
+
 def test_a_table_in_the_store_loads_its_sdk_when_the_app_is_built(tmp_path: Path) -> None:
     """Shares created at run time (the store's) count as the file's do."""
     from sharing.config import TableConfig

@@ -195,6 +195,41 @@ def test_s3_request_carries_the_session_policy(
     assert resources == [["arn:aws:s3:::vend-bucket/warehouse/t/*"], ["arn:aws:s3:::vend-bucket"]]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("role", [True, False])
+def test_s3_vending_parses_no_botocore_model_per_request(
+    moto_s3: str, monkeypatch: pytest.MonkeyPatch, role: bool
+) -> None:
+    """Each vend used to make a boto3 session and an STS client of its own, parsing the
+    STS model, the endpoints and the partitions again (a loader per session); the table's
+    storage keeps its session and one STS client. The spy only counts botocore's reads of
+    its JSON data files."""
+    from botocore.loaders import JSONFileLoader
+
+    extra = {"roleArn": "arn:aws:iam::123456789012:role/lakeshare-vend"} if role else {}
+    table = {
+        "name": "t",
+        "location": "s3a://vend-bucket/warehouse/t",
+        "historyShared": True,
+        "storage": _s3_storage(moto_s3, **extra),
+    }
+    client = _client([table])
+    assert _post(client, "t").status_code == 200
+    loaded: list[str] = []
+    original = JSONFileLoader.load_file
+
+    def counted(self: JSONFileLoader, file_path: str) -> Any:
+        loaded.append(file_path)
+        return original(self, file_path)
+
+    monkeypatch.setattr(JSONFileLoader, "load_file", counted)
+    for _ in range(3):
+        response = _post(client, "t")
+        assert response.status_code == 200, response.text
+        assert "sessionToken" in response.json()["credentials"]["awsTempCredentials"]
+    assert loaded == []
+
+
 def test_s3_temporary_server_credentials_without_a_role_are_refused(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
