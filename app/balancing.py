@@ -6,7 +6,7 @@ clients that connect at once mostly land on one worker, which then serves them o
 core's worth of GIL while its sibling idles (measured with `bench/query_e2e.py`: three
 1M-file responses on one worker, one on the other; each of the three took 2.6x as long as
 the fourth). Here each worker publishes how many connections it holds in a small array
-shared by all workers (made by the supervisor before the fork), accepts one connection at
+shared by all workers (app.worker_loads), accepts one connection at
 a time, and a worker holding more than the least busy live sibling leaves the connection
 to it: it looks again every `DEFER_SECONDS` until the connection is gone from the backlog
 (the sibling took it) or it is no longer the busier one, and accepts it itself only after
@@ -21,15 +21,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import mmap
 import select
 import socket
-import struct
 from typing import Any
 
 import uvicorn
 
-__all__ = ["DEFER_LIMIT_SECONDS", "DEFER_SECONDS", "BalancedServer", "WorkerLoads", "WorkerSlot"]
+from app.worker_loads import WorkerSlot
+
+__all__ = ["DEFER_LIMIT_SECONDS", "DEFER_SECONDS", "BalancedServer"]
 
 log = logging.getLogger("lakeshare.workers")
 
@@ -37,53 +37,6 @@ log = logging.getLogger("lakeshare.workers")
 # and how long it leaves the connection to it at most.
 DEFER_SECONDS = 0.005
 DEFER_LIMIT_SECONDS = 0.2
-_COUNT = struct.Struct("<q")
-_GONE = -1  # a slot whose worker is not serving (not started, exited): never compared
-
-
-class WorkerLoads:
-    """Open connections per worker, in anonymous shared memory (made before the fork, so
-    every worker sees the same pages)."""
-
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-        self._memory = mmap.mmap(-1, _COUNT.size * max(1, workers))
-        for index in range(workers):
-            self._put(index, _GONE)
-
-    def slot(self, index: int) -> WorkerSlot:
-        return WorkerSlot(self, index)
-
-    def gone(self, index: int) -> None:
-        """The worker at `index` has exited (its replacement starts from nothing)."""
-        self._put(index, _GONE)
-
-    def _get(self, index: int) -> int:
-        value: int = _COUNT.unpack_from(self._memory, index * _COUNT.size)[0]
-        return value
-
-    def _put(self, index: int, value: int) -> None:
-        _COUNT.pack_into(self._memory, index * _COUNT.size, value)
-
-
-class WorkerSlot:
-    """One worker's entry: only that worker writes it (from its event loop)."""
-
-    def __init__(self, loads: WorkerLoads, index: int) -> None:
-        self._loads = loads
-        self.index = index
-
-    def start(self) -> None:
-        self._loads._put(self.index, 0)
-
-    def add(self, delta: int) -> None:
-        self._loads._put(self.index, max(0, self._loads._get(self.index) + delta))
-
-    def busier_than_a_sibling(self) -> bool:
-        """Does this worker hold more connections than some live sibling?"""
-        mine = self._loads._get(self.index)
-        others = (self._loads._get(i) for i in range(self._loads.workers) if i != self.index)
-        return any(0 <= other < mine for other in others)
 
 
 class BalancedServer(uvicorn.Server):

@@ -11,13 +11,14 @@ import argparse
 import json
 import logging
 import os
+import pickle
 import socket
 import ssl as stdlib_ssl
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from starlette.types import ASGIApp
 
@@ -29,7 +30,8 @@ from sharing.config import ConfigError, LimitsConfig, ServerConfig, load_config
 from sharing.store import StoreError
 
 if TYPE_CHECKING:
-    from app.balancing import WorkerSlot  # imported with the server, after the config
+    from app.metrics_dir import MetricsDir
+    from app.worker_loads import WorkerLoads, WorkerSlot  # imported with the server
     from sharing.catalog import SharedTable
     from sharing.tables import TableService
 
@@ -132,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     views.set_defaults(handler=_views)
     add_recipient_commands(commands)
     add_share_commands(commands)
+    # Not listed: the supervisor of `serve --workers N` starts it in place of a dead worker.
+    worker = commands.add_parser("worker")
+    worker.add_argument("supervisor_pid", type=int)
+    worker.add_argument("state_fd", type=int)
+    worker.add_argument("index", type=int)
+    worker.set_defaults(handler=_restarted_worker)
     return parser
 
 
@@ -168,6 +176,9 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from sharing.preload import refuse_pandas
+
+    refuse_pandas()  # before pyarrow's first type inference would load it (sharing.preload)
     configure_logging("INFO")
     demo = args.config is None
     try:
@@ -183,8 +194,10 @@ def _serve(args: argparse.Namespace) -> int:
     started = config  # the file as loaded: what a reload compares with (app.reload)
     configure_logging(config.log_level)
     from app.metrics_dir import prepare_metrics_dir
+    from app.reload import file_fingerprint
 
-    prepare_metrics_dir(config)  # before anything imports prometheus-client (app.main does)
+    fingerprint = file_fingerprint(config_path)
+    metrics = prepare_metrics_dir(config)  # before anything imports prometheus-client
     from app.main import create_app
     from app.workers import bound_malloc_arenas, worker_count
 
@@ -223,10 +236,12 @@ def _serve(args: argparse.Namespace) -> int:
         _announce(config, config_path, base_url, demo)
         if workers == 1:
             _check_in_background(app, config)
-            _reload_live(app, config_path, started)
-            return _run(app, sock, ssl_options, config.limits)
+            _reload_live(app, config_path, started, fingerprint)
+            return _run(app, sock, ssl_options, config.limits, returns_on_sigterm=True)
         del app  # each worker builds its own, after the fork
-        return _run_workers(config, workers, sock, ssl_options, (config_path, started))
+        made = (tls_dir,) + ((str(metrics.path),) if metrics and metrics.made else ())
+        source = (config_path, started, fingerprint)
+        return _run_workers(config, workers, sock, ssl_options, source, metrics, made)
 
 
 def _check_in_background(app: Any, config: ServerConfig) -> None:
@@ -237,15 +252,31 @@ def _check_in_background(app: Any, config: ServerConfig) -> None:
     log_reports_in_background(app.state.tables, tables, timeout_seconds=STARTUP_CHECK_SECONDS)
 
 
-def _reload_live(app: Any, path: Path, started: ServerConfig) -> None:
-    """Reload the configuration file on SIGHUP and when it changes (app.reload)."""
+def _reload_live(app: Any, path: Path, started: ServerConfig, fingerprint: str | None) -> None:
+    """Reload the configuration file on SIGHUP and when it changes since it was loaded
+    (its `fingerprint` then) (app.reload)."""
     from app.reload import ConfigReloader
 
-    reloader = ConfigReloader(app, path, started)
+    reloader = ConfigReloader(app, path, started, fingerprint)
     reloader.install_signal_handler()
     reloader.start()
     app.state.reloader = reloader
     app.state.readiness.add_detail("configuration", reloader.describe)
+
+
+class _WorkerServer(NamedTuple):
+    """What every worker of `--workers N` serves, as the supervisor loaded it: forked
+    workers inherit it, a restarted one reads it from a memfd (pickled: a signing secret
+    generated at start must be the same in every worker, and the file may have changed)."""
+
+    config: ServerConfig  # with the snapshot cache resolved (_with_snapshot_cache)
+    config_path: Path
+    started: ServerConfig  # the file as loaded at start (app.reload)
+    fingerprint: str | None  # the file's digest then
+    ssl_options: dict[str, Any]
+    workers: int
+    socket_fd: int
+    loads_fd: int  # the workers' WorkerLoads
 
 
 def _run_workers(
@@ -253,26 +284,70 @@ def _run_workers(
     workers: int,
     sock: socket.socket,
     ssl_options: dict[str, Any],
-    source: tuple[Path, ServerConfig],
+    source: tuple[Path, ServerConfig, str | None],
+    metrics: MetricsDir | None,
+    made: tuple[str, ...],
 ) -> int:
     """N processes serving `sock` (app.workers); the first one also checks the tables at
-    start-up, which writes their snapshots to the shared cache for the others to map."""
-    from app.balancing import WorkerLoads
-    from app.main import create_app
+    start-up, which writes their snapshots to the shared cache for the others to map. Once
+    they run, this process becomes the small supervisor (app.supervisor), which removes
+    the directories in `made` when it exits; a worker it restarts is `lakeshare worker`."""
+    from app.supervisor import Duties, module_command
+    from app.worker_loads import WorkerLoads
     from app.workers import run_workers
 
     loads = WorkerLoads(workers)  # shared by the workers: connections are spread over them
+    server = _WorkerServer(config, *source, ssl_options, workers, sock.fileno(), loads.fd)
+    state_fd = os.memfd_create("lakeshare-worker-server")
+    with open(state_fd, "wb", closefd=False) as state:
+        state.write(pickle.dumps(tuple(server)))  # a tuple: `python -m app.cli` or not
+    duties = Duties(
+        loads_fd=loads.fd,
+        metrics_dir=None if metrics is None else str(metrics.path),
+        remove_at_exit=made,
+    )
+    command = [*module_command("app.cli"), "worker", str(os.getpid()), str(state_fd)]
 
     def worker(index: int) -> int:
-        app = create_app(config)
-        if index == 0:
-            _check_in_background(app, config)
-        _reload_live(app, *source)
-        return _run(app, sock, ssl_options, config.limits, loads.slot(index))
+        return _serve_worker(server, sock, loads, index)
 
-    print(f"Worker processes: {workers}")
+    print(f"Worker processes: {server.workers}")
     sys.stdout.flush()
-    return run_workers(workers, worker, exited=loads.gone)
+    keep = (sock.fileno(), loads.fd, state_fd)
+    return run_workers(server.workers, worker, duties, hand_off=(command, keep))
+
+
+def _serve_worker(
+    server: _WorkerServer, sock: socket.socket, loads: WorkerLoads, index: int
+) -> int:
+    from app.main import create_app
+
+    app = create_app(server.config)
+    if index == 0:
+        _check_in_background(app, server.config)
+    _reload_live(app, server.config_path, server.started, server.fingerprint)
+    return _run(app, sock, server.ssl_options, server.config.limits, loads.slot(index))
+
+
+def _restarted_worker(args: argparse.Namespace) -> int:
+    """`lakeshare worker SUPERVISOR_PID STATE_FD INDEX` (hidden): a worker the small
+    supervisor starts in place of one that died. Not forked from the app, it imports and
+    builds everything itself, with the state the first workers had."""
+    from app.supervisor import become_worker
+    from app.worker_loads import WorkerLoads
+    from app.workers import bound_malloc_arenas
+    from sharing.preload import refuse_pandas
+
+    refuse_pandas()  # as in the first workers (_serve)
+    become_worker(args.supervisor_pid)
+    bound_malloc_arenas()
+    # Read at an offset: the descriptor's position is shared with every process holding it.
+    state = os.pread(args.state_fd, os.fstat(args.state_fd).st_size, 0)
+    server = _WorkerServer(*pickle.loads(state))
+    configure_logging(server.config.log_level)
+    sock = socket.socket(fileno=server.socket_fd)
+    loads = WorkerLoads(server.workers, server.loads_fd)
+    return _serve_worker(server, sock, loads, args.index)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -400,10 +475,12 @@ def _run(
     ssl_options: dict[str, Any],
     limits: LimitsConfig,
     balance: WorkerSlot | None = None,
+    *,
+    returns_on_sigterm: bool = False,
 ) -> int:
     from app.serving import run
 
-    return run(app, sock, limits, balance, **ssl_options)
+    return run(app, sock, limits, balance, returns_on_sigterm=returns_on_sigterm, **ssl_options)
 
 
 def _with_snapshot_cache(config: ServerConfig) -> ServerConfig:

@@ -12,7 +12,6 @@ from starlette.responses import RedirectResponse
 
 from app.audit import AuditTrail
 from app.auth import require_bearer_token
-from app.console import build_console
 from app.errors import install_error_handlers
 from app.limits import LimitsMiddleware, gate_for
 from app.metrics import Metrics
@@ -39,6 +38,7 @@ from sharing.catalog import Catalog, SharedTable
 from sharing.config import ServerConfig
 from sharing.iceberg.files import cache_directory
 from sharing.iceberg.generator import IcebergMetadata
+from sharing.preload import import_used_modules
 from sharing.presign import signing_helper
 from sharing.presign.local_verify import FileServer
 from sharing.query.async_service import build_service
@@ -102,6 +102,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         ShareRepository(store) if store is not None else None,
         cache_seconds=config.store.cache_seconds,
     )
+    # What this configuration uses, imported now: before the workers fork (sharing.preload).
+    import_used_modules(config, (table.config for table in app.state.catalog.current().tables()))
     # Basic logins that hash a password run here (app.auth): as many threads as hashes
     # may run at once (sharing.recipients.basic_logins).
     app.state.password_checks = ThreadPoolExecutor(
@@ -201,6 +203,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     )
     admin_app = build_admin_app(config, app.state.recipients, app.state.shares)
     if admin_app is not None:
+        from app.console import build_console  # jinja2: a server with an admin API only
+
         admin_prefix = config.admin.prefix if config.admin else "/admin"
         # The console (app.console) first: its prefix lies under the admin API's.
         console = build_console(

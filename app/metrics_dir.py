@@ -6,7 +6,8 @@ imports it (app.main, app.metrics): worker processes inherit the variable. Value
 earlier run must not be added to this one's, so a directory given by the operator is
 emptied of its `.db` files, and one made here is removed when the server exits — or, when
 it was stopped by a signal (uvicorn re-raises SIGTERM, so exit handlers do not run) or
-killed, by the next server that starts, since the directory's name holds the owner's pid.
+killed, by the next server that starts, since the directory's name holds the owner's pid
+(the supervisor of several workers keeps its pid through its exec, app.supervisor).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from sharing.config import ServerConfig
 
-__all__ = ["MULTIPROC_ENV", "prepare_metrics_dir"]
+__all__ = ["MULTIPROC_ENV", "MetricsDir", "prepare_metrics_dir"]
 
 log = logging.getLogger("lakeshare.server")
 
@@ -47,10 +49,19 @@ def _sweep_orphans(parent: Path) -> None:
             shutil.rmtree(candidate, ignore_errors=True)
 
 
-def prepare_metrics_dir(config: ServerConfig) -> Path | None:
+class MetricsDir(NamedTuple):
+    """The directory, and whether this server made it (then it removes it at exit; the
+    supervisor of several workers does so after its exec, app.supervisor)."""
+
+    path: Path
+    made: bool
+
+
+def prepare_metrics_dir(config: ServerConfig) -> MetricsDir | None:
     """Set up multiprocess metrics for this server and the workers it starts; None when
     metrics are off or prometheus-client was already imported in memory mode (an app
-    embedded in another program; one process then counts alone)."""
+    embedded in another program; one process then counts alone). The supervisor of
+    several workers removes an exited worker's live gauges (app.supervisor's `Duties`)."""
     if not config.metrics.enabled:
         return None
     if "prometheus_client" in sys.modules:
@@ -62,8 +73,7 @@ def prepare_metrics_dir(config: ServerConfig) -> Path | None:
         directory.mkdir(parents=True, exist_ok=True)
         for stale in directory.glob("*.db"):
             stale.unlink(missing_ok=True)
-        _on_worker_exit(directory)
-        return directory
+        return MetricsDir(directory, made=False)
     try:
         _sweep_orphans(Path(tempfile.gettempdir()))
         made = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
@@ -72,18 +82,4 @@ def prepare_metrics_dir(config: ServerConfig) -> Path | None:
         return None
     atexit.register(shutil.rmtree, made, ignore_errors=True)
     os.environ[MULTIPROC_ENV] = made
-    _on_worker_exit(Path(made))
-    return Path(made)
-
-
-def _on_worker_exit(directory: Path) -> None:
-    """The supervisor of `--workers N` marks each exited worker's files dead (its
-    counters and histograms stay in the sums; live gauges, if any, drop it)."""
-    from app.workers import WORKER_EXITED
-
-    def mark_dead(pid: int) -> None:
-        from prometheus_client import multiprocess
-
-        multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
-
-    WORKER_EXITED.append(mark_dead)
+    return MetricsDir(Path(made), made=True)

@@ -26,7 +26,7 @@ from typing import Any
 from sharing.config import ConfigError, ServerConfig, load_config
 from sharing.config.reload import live_update, restart_settings
 
-__all__ = ["RELOAD_SIGNAL", "ConfigReloader"]
+__all__ = ["RELOAD_SIGNAL", "ConfigReloader", "file_fingerprint"]
 
 log = logging.getLogger("lakeshare.config")
 
@@ -35,9 +35,12 @@ RELOAD_SIGNAL = signal.SIGHUP
 
 class ConfigReloader:
     """Reloads `path` into `app` (built by app.main.create_app from `started`, the file as
-    loaded at start)."""
+    loaded at start, when its `file_fingerprint` was `fingerprint`: a change since then is
+    reloaded at the first poll, e.g. in a worker started after the others)."""
 
-    def __init__(self, app: Any, path: Path, started: ServerConfig) -> None:
+    def __init__(
+        self, app: Any, path: Path, started: ServerConfig, fingerprint: str | None
+    ) -> None:
         self._app = app
         self._path = path
         self._started = started
@@ -46,7 +49,7 @@ class ConfigReloader:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._fingerprint = _fingerprint(path)
+        self._fingerprint = fingerprint
         self.last_error: str | None = None
         self.restart_needed: list[str] = []
         self.reloads = 0
@@ -78,7 +81,7 @@ class ConfigReloader:
                 return
             if asked:
                 self.reload("SIGHUP")
-            elif _fingerprint(self._path) != self._fingerprint:
+            elif file_fingerprint(self._path) != self._fingerprint:
                 self.reload("file changed")
 
     # -- the reload ------------------------------------------------------------------------
@@ -95,7 +98,7 @@ class ConfigReloader:
         """Load, validate and apply the file; True when it is now served."""
         with self._lock:
             started_at = time.monotonic()
-            self._fingerprint = _fingerprint(self._path)
+            self._fingerprint = file_fingerprint(self._path)
             try:
                 self._apply(self._load())
             except ConfigError as exc:
@@ -152,7 +155,7 @@ class ConfigReloader:
         return False
 
 
-def _fingerprint(path: Path) -> str | None:
+def file_fingerprint(path: Path) -> str | None:
     """The file's content digest (None when unreadable): a touch alone is no change."""
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()

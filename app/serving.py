@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
+from types import FrameType
 from typing import Any
 
 import httptools
@@ -46,7 +48,8 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 from uvicorn.protocols.utils import is_ssl
 
-from app.balancing import BalancedServer, WorkerSlot
+from app.balancing import BalancedServer
+from app.worker_loads import WorkerSlot
 from app.zero_copy import EXTENSION, HEAD_WITH_BODY, FileSender
 from sharing.config import LimitsConfig
 
@@ -428,14 +431,37 @@ def build_server(
     return uvicorn.Server(config) if balance is None else BalancedServer(config, balance)
 
 
+class _Terminated(Exception):
+    """SIGTERM, raised where the one-process server's main thread is."""
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
 def run(
     app: ASGIApp,
     sock: socket.socket,
     limits: LimitsConfig,
     balance: WorkerSlot | None = None,
+    *,
+    returns_on_sigterm: bool = False,
     **options: Any,
 ) -> int:
-    """Serve `app` on the bound `sock` until stopped; the process exit code."""
+    """Serve `app` on the bound `sock` until stopped; the process exit code.
+
+    After its graceful shutdown uvicorn raises the signal that stopped it again, with the
+    handler it found: SIGTERM's default one kills the process, so the caller's cleanup
+    (`finally`, `with`, atexit: the server's temporary directories) never runs. With
+    `returns_on_sigterm` (a server that is its own process, not a supervised worker, whose
+    supervisor counts a worker killed by a signal as crashed) that SIGTERM returns 0."""
     server = build_server(app, limits, balance, **options)
-    server.run(sockets=[sock])
+    previous = signal.signal(signal.SIGTERM, _terminated) if returns_on_sigterm else None
+    try:
+        server.run(sockets=[sock])
+    except _Terminated:
+        return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0 if server.started else 1

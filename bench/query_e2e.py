@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -68,6 +69,8 @@ TOKEN = "bench-bearer-token-0123456789"
 SECRET = "bench-signing-secret-0123456789abcdef"
 BUCKET = "bench-bucket"
 PREFIX = "warehouse/big"
+SERVER = {"workers": 0}
+"""Settings of every server the bench starts (`--workers`; 0: one per core)."""
 BOTO_SHARE = 10  # botocore signs 1/BOTO_SHARE of the keys; its time is extrapolated
 
 
@@ -130,6 +133,7 @@ def write_config(
         "logLevel": "WARNING",
         "shares": [{"name": "bench", "schemas": [{"name": "s", "tables": tables}]}],
         "signingHelper": signing_helper,
+        **SERVER,
     }
     if not snapshot_cache:
         config["snapshotCacheDir"] = "off"  # snapshots loaded in memory: statistics packed
@@ -222,6 +226,17 @@ def tree_cpu_seconds(pid: int) -> float:
             continue
         total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU of this script's children that have been waited for (the readers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def wait_idle(pid: int, quiet: float = 0.02, period: float = 0.5, limit: float = 120) -> None:
@@ -618,15 +633,42 @@ def curl_seconds(process: subprocess.Popen[bytes]) -> float:
     return float(seconds)
 
 
-def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table: Path) -> bool:
-    """Per table: a fresh server, warmed, then each format alone and `--concurrent` at once."""
+def concurrent_memory_peak(
+    server: subprocess.Popen[bytes], base: str, table: str, fmt: str, count: int
+) -> list[int]:
+    """(PSS of the server's processes, largest RSS of one) at the peak of `count` responses
+    at once, sampled every 0.1 s: a second round, after the timed one."""
+    peak = [0, 0]
+    running = [curl_query(base, table, fmt) for _ in range(count)]
+    while any(p.poll() is None for p in running):
+        # Listed each time: signing helpers start with the first big batch.
+        pss, rss = memory_bytes(server_pids(server))
+        peak = [max(peak[0], pss), max(peak[1], rss)]
+        time.sleep(0.1)
+    for process in running:
+        curl_seconds(process)
+    return peak
+
+
+def run_concurrent(
+    args: argparse.Namespace, workdir: Path, endpoint: str, table: Path, moto: int
+) -> bool:
+    """Per table: a fresh server, warmed, then each format alone and `--concurrent` at once.
+
+    Besides the server's CPU it prints what else ran on the cores while the N ran (their
+    `curl` readers, moto, this script sampling memory), and the least time the N could take
+    on this machine's cores with all that CPU (a floor for the ratio, whatever the server
+    does with its cores: N responses need N times one's CPU). The server's memory at the
+    peak is sampled in a second round of N."""
     met = True
     print(f"\n{args.concurrent} concurrent queries (each read by curl), per table and format:\n")
     print(
         "| table | format | alone | each of N at once (max) | ratio | server memory (PSS) "
-        "| snapshot | server CPU: alone / all N |"
+        "| snapshot | server CPU: alone / all N | other CPU during the N: readers, moto, "
+        "bench | floor on the cores: time, ratio |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    cores = len(os.sched_getaffinity(0))
     for name in TABLES:
         config = fresh_config(
             workdir, endpoint, table, f"concurrent-{name}", not args.no_snapshot_cache, name
@@ -646,15 +688,19 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                 cpu_start = tree_cpu_seconds(server.pid)
                 alone = curl_seconds(curl_query(base, name, fmt))
                 cpu_alone = tree_cpu_seconds(server.pid) - cpu_start
-                peak = [0, 0]
+                # Timed without sampling memory: reading the server's smaps ten times a
+                # second costs this script a sixth of a core, taken from the N.
+                readers_start = children_cpu_seconds()
+                moto_start = tree_cpu_seconds(moto)
+                bench_start = own_cpu_seconds()
                 running = [curl_query(base, name, fmt) for _ in range(args.concurrent)]
-                while any(p.poll() is None for p in running):
-                    # Listed each time: signing helpers start with the first big batch.
-                    pss, rss = memory_bytes(server_pids(server))
-                    peak = [max(peak[0], pss), max(peak[1], rss)]
-                    time.sleep(0.1)
                 times = [curl_seconds(p) for p in running]
                 cpu_all = tree_cpu_seconds(server.pid) - cpu_start - cpu_alone
+                readers = children_cpu_seconds() - readers_start
+                moto_cpu = tree_cpu_seconds(moto) - moto_start
+                bench_cpu = own_cpu_seconds() - bench_start
+                floor = (cpu_all + readers + moto_cpu + bench_cpu) / cores
+                peak = concurrent_memory_peak(server, base, name, fmt, args.concurrent)
                 ratio = max(times) / alone
                 sidecars = sum(f.stat().st_size for f in store.rglob("*.snapshot.*"))
                 ok = ratio <= 2.5 and peak[0] < 2 * snapshot
@@ -666,7 +712,8 @@ def run_concurrent(args: argparse.Namespace, workdir: Path, endpoint: str, table
                     f"{rest / 2**20:,.0f} MiB; largest process RSS {peak[1] / 2**20:,.0f} MiB) | "
                     f"{snapshot / 2**20:,.0f} MiB "
                     f"(+ {sidecars / 2**20:,.0f} MiB of file ids) | {cpu_alone:.2f} s / "
-                    f"{cpu_all:.2f} s |"
+                    f"{cpu_all:.2f} s | {readers:.2f} s, {moto_cpu:.2f} s, {bench_cpu:.2f} s | "
+                    f"{floor:.2f} s, {floor / alone:.2f}x |"
                 )
         finally:
             stop(server, signal.SIGINT)
@@ -708,9 +755,17 @@ def main() -> None:
         help="also time this code against the server code of another checkout (e.g. a git "
         "worktree of the old commit), two servers, runs alternated, CPU per response",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="worker processes of every server the bench starts (0, the default: one per "
+        "core, what `lakeshare serve` runs)",
+    )
     args = parser.parse_args()
+    SERVER["workers"] = args.workers
 
-    print(f"before: {load_average()}")
+    print(f"before: {load_average()}; server workers: {args.workers or 'one per core'}")
     workdir = Path(tempfile.mkdtemp(prefix="lakeshare-query-bench-"))
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -741,7 +796,7 @@ def main() -> None:
             print(load_average())
         concurrent_met = None
         if args.concurrent > 0:
-            concurrent_met = run_concurrent(args, workdir, endpoint, table)
+            concurrent_met = run_concurrent(args, workdir, endpoint, table, moto.pid)
             print(load_average())
         if not args.no_boto:
             boto = boto3_presign_seconds(args.files)

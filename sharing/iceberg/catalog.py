@@ -19,9 +19,7 @@ from typing import Any
 import orjson
 
 from deltalog.storage.base import Storage
-from deltalog.storage.gcs import GcsStorage
 from deltalog.storage.kinds import StorageKind, as_backend
-from deltalog.storage.s3 import S3Storage
 from sharing.catalog import Catalog, SharedTable
 from sharing.credentials import CredentialsUnavailable, TemporaryCredentials
 from sharing.credentials.vending import vending_support
@@ -124,6 +122,8 @@ def _cloud_config(storage: Storage, credentials: TemporaryCredentials | None) ->
     config: dict[str, str] = {}
     values = credentials.values if credentials is not None else {}
     if storage.kind is StorageKind.S3:
+        from deltalog.storage.s3 import S3Storage  # a storage of this kind loaded it already
+
         s3 = as_backend(storage, S3Storage)
         if s3.options.endpoint_url:
             config["s3.endpoint"] = s3.options.endpoint_url
@@ -137,6 +137,8 @@ def _cloud_config(storage: Storage, credentials: TemporaryCredentials | None) ->
             config["s3.session-token"] = values["sessionToken"]
             config["s3.session-token-expires-at-ms"] = str(credentials.expiration_ms)
     elif storage.kind is StorageKind.GCS:
+        from deltalog.storage.gcs import GcsStorage
+
         gcs = as_backend(storage, GcsStorage)
         if gcs.options.endpoint:
             config["gcs.service.host"] = gcs.options.endpoint

@@ -21,11 +21,13 @@ import json
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sharing.config import TableConfig
 from sharing.errors import InvalidParameter, ResourceNotFound
-from sharing.views.sql import ViewQuery, parse_view
+
+if TYPE_CHECKING:
+    from sharing.views.sql import ViewQuery
 
 __all__ = [
     "SOURCE_VERSIONS",
@@ -93,6 +95,8 @@ def served_entry(
     """The table entry a recipient with `properties` is served for the view `entry`: the
     materialization of its tuple (read with the backend's default credentials, like any
     location under `views.location`), its versions open to time travel; and the tuple id."""
+    from sharing.views.sql import parse_view  # sqlglot: imported at build for configured views
+
     assert entry.view is not None
     query = parse_view(entry.view)
     tuple_id = view_tuple(query, properties).id(view)

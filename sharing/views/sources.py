@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sharing.config.errors import ConfigError
-from sharing.views.sql import SourceRef, parse_view
 
 if TYPE_CHECKING:
     from sharing.config.models import ShareConfig, TableConfig
+    from sharing.views.sql import SourceRef
 
 __all__ = ["ConfiguredView", "check_view_sources", "configured_views", "table_entries"]
 
@@ -53,6 +53,8 @@ def check_view_sources(shares: Iterable[ShareConfig]) -> None:
     shares = tuple(shares)
     entries = table_entries(shares)
     for view in configured_views(shares):
+        from sharing.views.sql import parse_view  # sqlglot: only a configuration with views
+
         assert view.entry.view is not None
         for use in parse_view(view.entry.view).uses:
             if use.ref.uri:

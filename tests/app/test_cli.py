@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -124,9 +125,12 @@ def test_inspect_version_and_timestamp_are_exclusive(basic_append: Path) -> None
 
 
 @contextmanager
-def serving(*args: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
-    """Start `lakeshare serve ...`; yield the process and its announcement lines."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def serving(
+    *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """Start `lakeshare serve ...` (`env` added to the environment); yield the process and
+    its announcement lines."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", *args],
         stdout=subprocess.PIPE,
@@ -287,6 +291,31 @@ def test_serve_https_with_a_self_signed_certificate(tmp_path: Path) -> None:
         )
         assert response.status_code == 200
         assert response.json() == {"items": [{"name": "s"}]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_stopped_by_sigterm_exits_0_and_removes_its_temporary_directories(
+    tmp_path: Path, workers: str
+) -> None:
+    # One process: uvicorn raises SIGTERM again after its graceful shutdown, and with the
+    # default handler the process died there (exit -15), before its cleanup removed the
+    # self-signed certificate's and the metrics' directories, which piled up in the
+    # temporary folder. Several: the supervisor removes them (app.supervisor).
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    config = write_config(tmp_path, ssl={"selfSigned": True})
+    args = ("--config", str(config), "--workers", workers)
+    with serving(*args, env={"TMPDIR": str(scratch)}) as (process, lines):
+        url = announced_url(lines)
+        headers = {"Authorization": "Bearer cli-test-token-16"}
+        assert httpx.get(url + "shares", headers=headers, verify=False).status_code == 200
+        made = {p.name.rsplit("-", 1)[0] for p in scratch.iterdir()}
+        assert {"lakeshare-tls", f"lakeshare-metrics-{process.pid}"} <= made
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    left = [p.name for p in scratch.iterdir()]  # the snapshot cache (lakeshare-<uid>) stays
+    assert not [n for n in left if n.startswith(("lakeshare-tls-", "lakeshare-metrics-"))]
 
 
 def test_serve_with_missing_certificate_fails_cleanly(tmp_path: Path) -> None:

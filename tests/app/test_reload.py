@@ -14,7 +14,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.reload import ConfigReloader
+from app.reload import ConfigReloader, file_fingerprint
 from sharing.config import load_config
 from sharing.config.reload import restart_settings
 from tests.support.corpus import CORPUS
@@ -68,7 +68,7 @@ def test_reload_applies_live_settings_and_keeps_serving_on_a_broken_file(
     _write(path, ["one"])
     started = load_config(path)
     app = create_app(started)
-    reloader = ConfigReloader(app, path, started)
+    reloader = ConfigReloader(app, path, started, file_fingerprint(path))
     client = TestClient(app)
 
     def names() -> list[str]:

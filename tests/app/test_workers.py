@@ -23,12 +23,15 @@ import orjson
 import pytest
 import uvicorn
 
-from app.balancing import DEFER_LIMIT_SECONDS, BalancedServer, WorkerLoads
+from app.balancing import DEFER_LIMIT_SECONDS, BalancedServer
+from app.supervisor import Duties
+from app.worker_loads import WorkerLoads
 from app.workers import run_workers, worker_count
 from deltalog.snapshot_store import SUFFIX
 from tests.app.test_cli import announced_url, write_config
 from tests.support import REPO_ROOT
 from tests.support.corpus import copy_table
+from tests.support.metrics import per_worker
 
 TOKEN = "cli-test-token-16"
 
@@ -42,9 +45,12 @@ def test_worker_count() -> None:
 
 
 @contextmanager
-def serving(*args: str, log: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+def serving(
+    *args: str, log: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
     """`lakeshare serve ...` with its log in a file (many requests' access lines would fill
-    a pipe nobody reads); yields the process and its announcement lines."""
+    a pipe nobody reads), `env` added to the environment; yields the process and its
+    announcement lines."""
     with log.open("w") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", *args],
@@ -52,7 +58,7 @@ def serving(*args: str, log: Path) -> Iterator[tuple[subprocess.Popen[str], list
             stderr=stderr,
             text=True,
             cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     lines: list[str] = []
     try:
@@ -137,13 +143,126 @@ def test_workers_share_the_snapshot_cache_and_are_restarted(tmp_path: Path) -> N
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
 
 
-def _supervise(run_worker: Callable[[int], int], count: int) -> int:
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_text().rstrip("\0").split("\0")
+
+
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(x for x in status.splitlines() if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+@pytest.mark.slow
+def test_the_supervisor_becomes_small_and_restarts_a_worker_afresh(tmp_path: Path) -> None:
+    """Once its workers run, the supervisor of `--workers 2` is a small program of its own
+    (same pid), not the ~200 MiB process that loaded the app; a worker killed is replaced by
+    a fresh `lakeshare worker` process that serves the file as its siblings do (reloaded
+    since the start) and takes its share of connections; the dead worker's live gauges
+    leave the metrics directory (its counters stay in the sums), and at exit the supervisor
+    removes the directories the server made (the metrics directory, the TLS scratch
+    directory)."""
+    table = copy_table("delta-rs/simple_table_with_checkpoint", tmp_path / "tables")
+    settings = {"snapshotCacheDir": str(tmp_path / "snapshots"), "configReloadPollSeconds": 1}
+    config = write_config(table, **settings)
+    scratch = tmp_path / "tmp"  # the server's temporary directory: what it makes there
+    scratch.mkdir()
+    env = {"TMPDIR": str(scratch)}
+    with serving("--config", str(config), "--workers", "2", log=tmp_path / "log", env=env) as (
+        process,
+        lines,
+    ):
+        url = announced_url(lines)
+        supervisor = process.pid
+        _wait(lambda: len(_children(supervisor)) == 2, "two workers")
+        first = _children(supervisor)
+        _wait(lambda: "app.supervisor" in _cmdline(supervisor), "the small supervisor")
+        assert _rss_mib(supervisor) < 40, _rss_mib(supervisor)
+        assert all("serve" in _cmdline(pid) for pid in first)  # forked from the app
+        (metrics_dir,) = scratch.glob(f"lakeshare-metrics-{supervisor}-*")
+        victim = min(first)
+        _wait(lambda: (metrics_dir / f"gauge_livemax_{victim}.db").exists(), "its gauges")
+        # The file changes after the start: both workers reload it; so must the new one,
+        # which starts from the configuration as loaded at the start.
+        share = {
+            "name": "s2",
+            "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}]}],
+        }
+        write_config(table, **settings, shares=[share])
+
+        def reloads() -> int:
+            return (tmp_path / "log").read_text().count("configuration reloaded")
+
+        _wait(lambda: reloads() == 2, "both workers reloading the file")
+
+        os.kill(victim, signal.SIGKILL)
+        _wait(lambda: len(_children(supervisor) - first) == 1, "a replacement worker")
+        (fresh,) = _children(supervisor) - first
+        # A fresh process (its command line once the spawn has exec'd it), not a fork.
+        _wait(lambda: _cmdline(fresh)[-5:-3] == ["app.cli", "worker"], "lakeshare worker")
+        assert not (metrics_dir / f"gauge_livemax_{victim}.db").exists()
+        assert (metrics_dir / f"counter_{victim}.db").exists()
+        _wait(lambda: reloads() == 3, "the new worker reloading the file changed since start")
+        survivor = (first - {victim}).pop()
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        query = url + "shares/s2/schemas/d/tables/t/query"
+        _wait(lambda: (metrics_dir / f"counter_{fresh}.db").exists(), "the fresh worker")
+        time.sleep(1)  # its event loop accepting (it counts its slot from then)
+        clients = [httpx.Client() for _ in range(4)]  # held open: each counts as a load
+        try:
+            for client in clients:
+                assert client.post(query, json={}, headers=headers).status_code == 200
+                shares = client.get(url + "shares", headers=headers).json()["items"]
+                assert shares == [{"name": "s2"}]
+            answered = per_worker(
+                metrics_dir, tmp_path / "m", "lakeshare_http_requests_total", method="POST"
+            )
+        finally:
+            for client in clients:
+                client.close()
+        assert answered.get(str(fresh), 0) >= 1 and answered.get(str(survivor), 0) >= 1, answered
+        assert _rss_mib(supervisor) < 40, _rss_mib(supervisor)  # after a restart and queries
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in (fresh, survivor))
+    assert sorted(p.name for p in scratch.iterdir()) == [], "left behind"
+
+
+def test_the_supervisor_resets_an_exited_workers_slot_and_live_gauges(tmp_path: Path) -> None:
+    """What a worker's exit leaves for the others is undone by the supervisor (`Duties`):
+    its connection count no longer compared, its live gauges gone, its counters kept."""
+    loads = WorkerLoads(2)
+
+    def busy_then_gone(index: int) -> int:
+        slot = loads.slot(index)
+        slot.start()
+        slot.add(3)
+        for kind in ("gauge_livesum", "gauge_max", "counter"):
+            (tmp_path / f"{kind}_{os.getpid()}.db").write_bytes(b"")
+        (tmp_path / f"ready-{index}").write_bytes(b"")
+        if index == 1:
+            while True:  # until the supervisor stops it
+                signal.pause()
+        while not (tmp_path / "ready-1").exists():
+            time.sleep(0.01)
+        return 0  # exits by itself at once: cannot start, the server stops
+
+    duties = Duties(loads_fd=loads.fd, metrics_dir=str(tmp_path))
+    pid = _supervise(busy_then_gone, 2, duties)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1
+    left = sorted(p.name.rsplit("_", 1)[0] for p in tmp_path.glob("*.db"))
+    assert left == ["counter", "counter", "gauge_max", "gauge_max"]
+    assert [loads._get(i) for i in range(2)] == [-1, -1]  # reset, as before either started
+
+
+def _supervise(run_worker: Callable[[int], int], count: int, duties: Duties | None = None) -> int:
     """Fork a supervisor (its signal handlers stay out of pytest); returns its pid."""
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            code = run_workers(count, run_worker)
+            code = run_workers(count, run_worker, duties)
         finally:
             os._exit(code)
     return pid

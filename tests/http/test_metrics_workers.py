@@ -13,11 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, multiprocess
 
 from app.metrics_dir import MULTIPROC_ENV, prepare_metrics_dir
 from tests.support.corpus import CORPUS
-from tests.support.metrics import Samples
+from tests.support.metrics import Samples, per_worker
 from tests.support.processes import free_port, stop, wait_http
 from tests.support.server import TEST_BEARER_TOKEN, TEST_SIGNING_SECRET, make_config
 
@@ -46,21 +45,7 @@ def _write_config(directory: Path) -> Path:
 
 def _per_worker_shares(metrics_dir: Path, scratch: Path) -> dict[str, float]:
     """`GET /shares` answered, by worker pid, read from each worker's own counter file."""
-    counts = {}
-    for db in metrics_dir.glob("counter_*.db"):
-        alone = scratch / db.stem
-        alone.mkdir(parents=True, exist_ok=True)
-        (alone / db.name).write_bytes(db.read_bytes())
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=str(alone))  # type: ignore[no-untyped-call]
-        counts[db.stem.split("_")[1]] = sum(
-            sample.value
-            for family in registry.collect()
-            for sample in family.samples
-            if sample.name == "lakeshare_http_requests_total"
-            and sample.labels.get("route") == SHARES
-        )
-    return counts
+    return per_worker(metrics_dir, scratch, "lakeshare_http_requests_total", route=SHARES)
 
 
 @pytest.mark.slow

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import httpx
+from prometheus_client import CollectorRegistry, multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["Samples", "scrape"]
+__all__ = ["Samples", "per_worker", "scrape"]
 
 
 class Samples:
@@ -43,3 +45,22 @@ def scrape(url: str, headers: Mapping[str, str] | None = None) -> Samples:
     response.raise_for_status()
     assert response.headers["content-type"].startswith("text/plain")
     return Samples(response.text)
+
+
+def per_worker(metrics_dir: Path, scratch: Path, name: str, **labels: str) -> dict[str, float]:
+    """The counter `name` (samples whose labels include `labels`) by worker pid, read from
+    each worker's own file in a multiprocess directory (`--workers N`)."""
+    counts = {}
+    for db in metrics_dir.glob("counter_*.db"):
+        alone = scratch / db.stem
+        alone.mkdir(parents=True, exist_ok=True)
+        (alone / db.name).write_bytes(db.read_bytes())
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=str(alone))  # type: ignore[no-untyped-call]
+        counts[db.stem.split("_")[1]] = sum(
+            sample.value
+            for family in registry.collect()
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        )
+    return counts
