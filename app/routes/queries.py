@@ -8,7 +8,7 @@ from functools import partial
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from app.deps import (
     AsyncQueriesDep,
@@ -18,6 +18,7 @@ from app.deps import (
     PlannerDep,
     UrlHolderDep,
 )
+from app.freed_memory import ReleasingStream
 from app.responses import NDJSON, VERSION_HEADER, JsonResponse, query_headers
 from sharing.presign.local import UrlHolder
 from sharing.query import capabilities
@@ -86,7 +87,7 @@ async def poll_query(
     result = outcome.plan
     response_capabilities = f"{result.capabilities_header()};asyncquery=true"
     headers = query_headers(result.version, response_capabilities, outcome.file_id_hash)
-    return StreamingResponse(result.body(), media_type=NDJSON, headers=headers)
+    return ReleasingStream(result.body(), media_type=NDJSON, headers=headers)
 
 
 def _status_response(query_id: str, caps: Capabilities) -> Response:

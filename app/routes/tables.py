@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from app.auth import catalog_for
 from app.deps import (
@@ -27,6 +27,7 @@ from app.deps import (
     request_capabilities,
     url_holder,
 )
+from app.freed_memory import ReleasingStream
 from app.limits import admit, check_query_fields
 from app.responses import NDJSON, VERSION_HEADER, query_headers
 from app.routes import queries
@@ -141,7 +142,7 @@ async def query_table(request: Request) -> Response:
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
     if content is not None:  # a small response, built whole (sharing.query.small)
         return Response(content=content, media_type=NDJSON, headers=headers)
-    return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
+    return ReleasingStream(plan.body(), media_type=NDJSON, headers=headers)
 
 
 @router.get(_TABLE + "/changes")
@@ -181,7 +182,7 @@ async def table_changes(
     inputs = ChangesInputs(catalog.get_table(share, schema, table), params, caps, id_hash)
     plan = await run_in_threadpool(planner.changes, inputs, base_url, holder)
     headers = query_headers(plan.version, plan.capabilities_header(), id_hash)
-    return StreamingResponse(plan.body(), media_type=NDJSON, headers=headers)
+    return ReleasingStream(plan.body(), media_type=NDJSON, headers=headers)
 
 
 # Served without FastAPI's per-request dependency solving (app.routing); HEAD on the table
