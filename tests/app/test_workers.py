@@ -475,3 +475,49 @@ def test_a_server_process_keeps_two_malloc_arenas_not_one_per_thread() -> None:
     assert arenas("bound") == (MALLOC_ARENAS, "True")
     assert arenas("unbound")[0] > MALLOC_ARENAS
     assert arenas("bound", MALLOC_ARENA_MAX="4") == (4, "False")
+
+
+def _private_dirty_mib(pid: int) -> float:
+    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    line = next(x for x in rollup.splitlines() if x.startswith("Private_Dirty:"))
+    return int(line.split()[1]) / 1024
+
+
+@pytest.mark.slow
+def test_workers_keep_the_supervisors_objects_shared(tmp_path: Path, moto_s3: str) -> None:
+    """The objects alive at the fork (imports, botocore's parsed models for an S3 table)
+    are frozen out of the garbage collector's reach, so a worker's collections do not copy
+    the pages they are on: an idle worker of an S3 configuration held 64 MiB of private
+    memory when they were not (35 MiB frozen; 26 MiB for a local table's)."""
+    table = copy_table("delta-rs/simple_table_with_checkpoint", tmp_path / "tables")
+    s3_table = {
+        "name": "c",
+        "location": "s3://lakeshare-absent-bucket/t",
+        "storage": {
+            "endpointUrl": moto_s3,
+            "pathStyle": True,
+            "region": "us-east-1",
+            "accessKeyId": "testing",
+            "secretAccessKey": "testing",
+        },
+    }
+    share = {
+        "name": "s",
+        "schemas": [{"name": "d", "tables": [{"name": "t", "location": str(table)}, s3_table]}],
+    }
+    config = write_config(table, snapshotCacheDir=str(tmp_path / "snapshots"), shares=[share])
+    with serving("--config", str(config), "--workers", "2", log=tmp_path / "log") as (
+        process,
+        lines,
+    ):
+        url = announced_url(lines)
+        _wait(lambda: len(_children(process.pid)) == 2, "two workers")
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        for _ in range(4):  # both workers built their apps and answer
+            with httpx.Client() as client:
+                assert client.get(url + "shares", headers=headers).status_code == 200
+        time.sleep(2)  # the first worker's start-up check of the tables ends
+        idle = min(_private_dirty_mib(pid) for pid in _children(process.pid))
+        assert idle < 48, idle
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
