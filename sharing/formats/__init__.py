@@ -78,9 +78,11 @@ class FileContext:
 
 @dataclass(frozen=True, slots=True)
 class FileLines:
-    """The NDJSON text of one batch, and the earliest URL expiry in it (None if empty)."""
+    """The NDJSON text of one batch, and the earliest URL expiry in it (None if empty).
+    The text of a big batch is a view of the Arrow buffer its lines were joined in, not a
+    copy (sharing.formats.jsoncols.joined_text)."""
 
-    text: bytes
+    text: bytes | memoryview
     min_expiration_ms: int | None
 
 

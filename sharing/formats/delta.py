@@ -35,7 +35,7 @@ from sharing.formats.jsoncols import (
     concat,
     field,
     field_pieces,
-    joined_bytes,
+    joined_text,
     json_bool,
     json_number,
     json_string,
@@ -104,7 +104,7 @@ class DeltaWriter:
             "}}}}\n",
         ]
         lines = concat(pieces, skip_null_pieces=True)
-        return FileLines(joined_bytes(lines), expiration)
+        return FileLines(joined_text(lines), expiration)
 
 
 def _add_fields(batch: pa.RecordBatch) -> list[Piece]:

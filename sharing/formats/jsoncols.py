@@ -222,13 +222,14 @@ def lines_to_bytes(lines: pa.Array) -> bytes:
     """The NDJSON text of one batch: every line followed by a newline, as one bytes object."""
     if len(lines) == 0:
         return b""
-    return joined_bytes(pc.binary_join_element_wise(lines, "\n", ""))
+    return bytes(joined_text(pc.binary_join_element_wise(lines, "\n", "")))
 
 
-def joined_bytes(values: pa.Array) -> bytes:
+def joined_text(values: pa.Array) -> bytes | memoryview:
     """The values of a string column one after the other (lines that end with their
-    newline: the text of a batch), copied once, straight from the column's data buffer."""
+    newline: the text of a batch): a view of the column's data buffer, not a copy (a
+    batch's text is megabytes; copied to `bytes`, it was one more copy of every batch in
+    flight, in glibc's heaps that keep what is freed)."""
     if len(values) == 0 or values.null_count:
         return b"".join(v.encode() for v in values.to_pylist() if v is not None)
-    data = string_bytes(values)
-    return data.tobytes()
+    return string_bytes(values).data

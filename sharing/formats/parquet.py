@@ -27,7 +27,7 @@ from sharing.formats import (
 from sharing.formats.jsoncols import (
     Piece,
     concat,
-    joined_bytes,
+    joined_text,
     json_number,
     json_string_map_pieces,
     json_string_pieces,
@@ -76,7 +76,7 @@ class ParquetWriter:
             pieces.append(f',"version":{ctx.version}')
         pieces.append("}}\n")
         lines = concat(pieces, skip_null_pieces=True)
-        return FileLines(joined_bytes(lines), signed.expiration_ms)
+        return FileLines(joined_text(lines), signed.expiration_ms)
 
 
 def metadata_object(head: TableHead) -> dict[str, object]:

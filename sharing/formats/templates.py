@@ -114,7 +114,7 @@ def line_templates(
     if recorder.calls != 1 or len(recorder.keys) != batch.num_rows:
         return None
     expiry_text = str(recorder.expiry).encode()
-    lines = written.text.split(b"\n")
+    lines = bytes(written.text).split(b"\n")
     if lines[-1] != b"" or len(lines) != batch.num_rows + 1:
         return None
     parts: list[tuple[bytes, bytes, bytes]] = []

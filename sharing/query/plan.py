@@ -70,7 +70,7 @@ class QueryPlan:
             self.response_format, include_end_stream_action=self.header_end_stream
         )
 
-    def body(self, *, ahead: bool = True) -> Iterator[bytes]:
+    def body(self, *, ahead: bool = True) -> Iterator[bytes | memoryview]:
         """The NDJSON body; file lines are formatted and signed one batch at a time, the
         next batches ahead on a pool (see sharing.query.batch_pipeline; `ahead=False`:
         only a slow signer's).

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from app.middleware import _FileActionCounter, count_newlines
 
 FILE_KINDS = [
@@ -27,7 +29,9 @@ def _expected(lines: list[bytes]) -> int:
     )
 
 
-def test_writer_chunks() -> None:
+@pytest.mark.parametrize("as_view", [False, True], ids=["bytes", "memoryview"])
+def test_writer_chunks(as_view: bool) -> None:
+    """A batch's text may come as a memoryview of its Arrow buffer (not copied)."""
     rng = random.Random(7)
     for _ in range(500):
         chunks: list[list[bytes]] = [[rng.choice(OTHER_KINDS)]]
@@ -36,12 +40,14 @@ def test_writer_chunks() -> None:
             chunks.append([rng.choice(kinds) for _ in range(rng.randint(1, 20))])
         counter = _FileActionCounter()
         for lines in chunks:
-            chunk = b"\n".join(lines) + b"\n"
+            text = b"\n".join(lines) + b"\n"
+            chunk = memoryview(text) if as_view else text
             counter.feed(chunk, count_newlines(chunk))
         assert counter.count == _expected([line for lines in chunks for line in lines])
 
 
-def test_bodies_cut_inside_lines() -> None:
+@pytest.mark.parametrize("as_view", [False, True], ids=["bytes", "memoryview"])
+def test_bodies_cut_inside_lines(as_view: bool) -> None:
     rng = random.Random(11)
     for _ in range(500):
         lines = [rng.choice(FILE_KINDS + OTHER_KINDS) for _ in range(rng.randint(1, 40))]
@@ -50,8 +56,9 @@ def test_bodies_cut_inside_lines() -> None:
         inside = [i for i in range(1, len(body)) if i not in line_ends]
         cuts = sorted(rng.sample(inside, min(len(inside), rng.randint(1, 30))))
         counter = _FileActionCounter()
+        view = memoryview(body) if as_view else body
         for begin, end in zip([0, *cuts], [*cuts, len(body)], strict=True):
-            counter.feed(body[begin:end], count_newlines(body[begin:end]))
+            counter.feed(view[begin:end], count_newlines(view[begin:end]))
         assert counter.count == _expected(lines)
 
 
@@ -59,3 +66,4 @@ def test_newlines_counted_alike_in_small_and_big_chunks() -> None:
     line = b'{"file":{"url":"u\\n"}}\n'
     for repeat in (0, 1, 100, 10_000):  # the last one past the numpy threshold
         assert count_newlines(line * repeat) == repeat
+        assert count_newlines(memoryview(line * repeat)) == repeat

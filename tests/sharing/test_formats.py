@@ -127,8 +127,8 @@ def _ctx(signer: FakeSigner, scheme: str, **kwargs: Any) -> FileContext:
     return FileContext(LocalStorage(), ROOT, signer, scheme, **kwargs)
 
 
-def _lines(data: bytes) -> list[dict[str, Any]]:
-    text = data.decode()
+def _lines(data: bytes | memoryview) -> list[dict[str, Any]]:
+    text = bytes(data).decode()
     assert text.endswith("\n")
     return [orjson.loads(line) for line in text.splitlines()]
 
@@ -205,7 +205,7 @@ def test_parquet_file_lines() -> None:
     signer = FakeSigner()
     out = ParquetWriter().file_lines(files.to_batches()[0], _ctx(signer, "parquet"))
     assert out.min_expiration_ms == EXPIRES
-    text = out.text.decode().splitlines()
+    text = bytes(out.text).decode().splitlines()
     assert text[1] == (
         '{"file":{"url":"https://signed/data/table/p=z/part-1.parquet?sig=1",'
         f'"id":"{hashlib.md5(b"p=z/part-1.parquet").hexdigest()}",'

@@ -82,7 +82,7 @@ def test_filled_templates_are_the_writers_lines(
     assert templates is not None
     got = templates.render(context.signer)
     assert got == want
-    assert want.text.count(b"\n") == snapshot.num_files == 6
+    assert bytes(want.text).count(b"\n") == snapshot.num_files == 6
     paths = batch.column("path")
     assert templates.keys == tuple(storage_keys(paths, snapshot.storage, snapshot.table_root))
 

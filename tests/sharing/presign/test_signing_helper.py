@@ -339,7 +339,7 @@ def test_helper_failing_mid_response_fails_it_cleanly(
     for _ in _install(monkeypatch, _faulty(reply, good=1)):
         body_chunks = _plan("parquet", end_stream=False).body()
         assert next(body_chunks) == b"HEAD\n"
-        assert next(body_chunks).count(b"\n") == MIN_BATCH
+        assert bytes(next(body_chunks)).count(b"\n") == MIN_BATCH
         with pytest.raises(SigningFailed):
             next(body_chunks)
 

@@ -179,7 +179,7 @@ def test_signing_ahead_overlaps_the_writer(rsa_key, storage) -> None:
     # from then on the signer works while the writer writes (one batch of slack).
     assert _signed_while_writing(pipelined, writes) >= 10 - 3 - 1, (pipelined.spans, writes)
     # The first file line does not wait for more than the batches signed alongside it.
-    first_file = next(i for i, chunk in enumerate(chunks) if b'"file"' in chunk)
+    first_file = next(i for i, chunk in enumerate(chunks) if b'"file"' in bytes(chunk))
     finished_before_first_write = sum(end <= writes[first_file][0] for _, end in pipelined.spans)
     assert finished_before_first_write <= 1 + pipelined.parallel_batches
 
@@ -220,7 +220,7 @@ def test_an_abandoned_stream_stops_signing(rsa_key, storage) -> None:
     signer = SlowSigner(rsa_key, ahead=2, delay=0.05)
     body = _plan(signer, storage, _files(80)).body()  # 20 batches
     assert next(body) == b"HEAD\n" and next(body) == b'{"literal":1}\n'
-    assert b'"file"' in next(body)
+    assert b'"file"' in bytes(next(body))
     body.close()  # the client went away
     time.sleep(0.3)
     assert signer.started <= 4 and signer.active == 0
