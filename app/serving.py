@@ -49,6 +49,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.protocols.utils import is_ssl
 
 from app.balancing import BalancedServer
+from app.body_frames import send_unjoined
 from app.worker_loads import WorkerSlot
 from app.zero_copy import EXTENSION, HEAD_WITH_BODY, FileSender
 from sharing.config import LimitsConfig
@@ -375,7 +376,8 @@ def _with_file_sender(app: Any, sender: FileSender, cycle: RequestResponseCycle)
             await sender.hold_head(cycle, message)  # type: ignore[arg-type]
         else:
             sender.release_head()
-            await cycle.send(message)  # type: ignore[arg-type]
+            if not await send_unjoined(cycle, message):
+                await cycle.send(message)  # type: ignore[arg-type]
 
     async def run(scope: Scope, receive: Receive, _: Send) -> None:
         await app(scope, receive, send)
