@@ -88,6 +88,17 @@ def _assert_refused(response: Any, caplog: pytest.LogCaptureFixture, *log_words:
     return str(body["message"])
 
 
+def _vend_table(endpoint: str, role: bool) -> dict[str, Any]:
+    """Table `t` on the moto bucket, vended with the server's keys or through a role."""
+    extra = {"roleArn": "arn:aws:iam::123456789012:role/lakeshare-vend"} if role else {}
+    return {
+        "name": "t",
+        "location": "s3a://vend-bucket/warehouse/t",
+        "historyShared": True,
+        "storage": _s3_storage(endpoint, **extra),
+    }
+
+
 def _s3_storage(endpoint: str, **extra: Any) -> dict[str, Any]:
     return {
         "endpointUrl": endpoint,
@@ -136,13 +147,7 @@ def test_errors_before_any_cloud_is_asked() -> None:
 def test_s3_credentials_from_sts(moto_s3: str, role: bool) -> None:
     import boto3
 
-    extra = {"roleArn": "arn:aws:iam::123456789012:role/lakeshare-vend"} if role else {}
-    table = {
-        "name": "t",
-        "location": "s3a://vend-bucket/warehouse/t",
-        "historyShared": True,
-        "storage": _s3_storage(moto_s3, **extra),
-    }
+    table = _vend_table(moto_s3, role)
     client = _client([table], temporaryCredentialValiditySeconds=1800)
     before = time.time()
     response = _post(client, "t", {"location": "s3://vend-bucket/warehouse/t/part=1/"})
@@ -206,13 +211,7 @@ def test_s3_vending_parses_no_botocore_model_per_request(
     its JSON data files."""
     from botocore.loaders import JSONFileLoader
 
-    extra = {"roleArn": "arn:aws:iam::123456789012:role/lakeshare-vend"} if role else {}
-    table = {
-        "name": "t",
-        "location": "s3a://vend-bucket/warehouse/t",
-        "historyShared": True,
-        "storage": _s3_storage(moto_s3, **extra),
-    }
+    table = _vend_table(moto_s3, role)
     client = _client([table])
     assert _post(client, "t").status_code == 200
     loaded: list[str] = []
