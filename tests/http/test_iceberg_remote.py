@@ -18,20 +18,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import deltalake
 import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from sharing.config import load_config
 from tests.support.corpus import CORPUS
 from tests.support.recipients import create_recipient, recipients_cli
 from tests.support.requirements import require
+from tests.support.s3_endpoint import endpoint_client
 from tests.support.server import (
     RunningServer,
     history_table,
@@ -232,17 +231,18 @@ def _load(server: RunningServer, token: str, table: str) -> dict[str, Any]:
 
 
 def _s3(config: dict[str, str]) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=config["s3.endpoint"],
-        region_name=config["s3.region"],
-        aws_access_key_id=config["s3.access-key-id"],
-        aws_secret_access_key=config["s3.secret-access-key"],
-        aws_session_token=config["s3.session-token"],
-        config=Config(
-            signature_version="s3v4", s3={"addressing_style": "path"}, retries={"max_attempts": 1}
-        ),
-    )
+    """The S3 client of a vended Iceberg table configuration (`s3.*` properties)."""
+    return endpoint_client({field: config[f"s3.{name}"] for field, name in _S3_PROPERTIES.items()})
+
+
+# awsTempCredentials field -> Iceberg `s3.` property
+_S3_PROPERTIES = {
+    "endpoint": "endpoint",
+    "region": "region",
+    "accessKeyId": "access-key-id",
+    "secretAccessKey": "secret-access-key",
+    "sessionToken": "session-token",
+}
 
 
 def test_load_table_names_the_bucket_and_its_key_opens_only_this_tables_files(
